@@ -1,0 +1,7 @@
+"""numpyro_bnp: Bayesian-nonparametric priors and streaming inference for NumPyro."""
+
+from numpyro_bnp import distributions
+
+__version__ = "0.1.0.dev0"
+
+__all__ = ["__version__", "distributions"]
