@@ -40,6 +40,11 @@ def poisson_cdf_diff(k, rate_lo, rate_hi):
     subtraction never cancels two numbers near 1. The result is clipped to ``[0, 1]`` (round-off
     can otherwise make it slightly negative).
 
+    Accuracy: better than 1e-9 relative in float64 (tested against a cancellation-free sum of
+    Poisson terms). In float32 it inherits the error of JAX's float32 incomplete gamma function,
+    about ``1e-6 * rate_hi`` absolute (1e-5 at rates near 30, 2e-4 near 300); enable x64 where
+    these digits matter.
+
     :param k: event index, ``k >= 1`` (``k = 0`` gives 0); any shape, integer or float.
     :param rate_lo: ``>= 0``, broadcast against ``k``.
     :param rate_hi: ``>= rate_lo``, broadcast against ``k``.
