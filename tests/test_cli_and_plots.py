@@ -1,0 +1,42 @@
+"""The demo command and the figures it draws."""
+
+import re
+
+import numpy as np
+import pytest
+
+from numpyro_bnp.__main__ import main
+from numpyro_bnp.plots import plot_ibp_marginals
+
+
+def test_demo_prints_agreeing_table_and_saves_its_figure(tmp_path, capsys):
+    from numpyro_bnp.demos import ibp
+
+    paths = ibp.run(str(tmp_path), num_rows=8, num_samples=1_000, chunk=500)
+    out = capsys.readouterr().out
+    rows = re.findall(
+        r"^\s*([\d.]+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+)$", out, re.M
+    )
+    assert len(rows) == 9
+    for _alpha, _beta, exact_k, mc_k, _err, err_in_se in map(lambda r: map(float, r), rows):
+        assert err_in_se < 5.5  # ~5,000 cells per run, as in the marginals test
+        assert abs(mc_k - exact_k) < 5 * np.sqrt(exact_k / 1_000)  # K_N is Poisson
+    assert [p.endswith("ibp_marginals.png") for p in paths] == [True]
+    assert (tmp_path / "ibp_marginals.png").stat().st_size > 10_000
+
+
+def test_cli_rejects_unknown_demo_parts(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["demo", "--out-dir", str(tmp_path), "--only", "nonexistent"])
+
+
+def test_plot_ibp_marginals_draws_one_pair_of_panels_per_parameter_pair():
+    exact = np.random.default_rng(0).uniform(size=(3, 5, 7))
+    fig = plot_ibp_marginals(exact, exact, ["a", "b", "c"], pairs_per_row=2)
+    visible = [ax for ax in fig.axes if ax.get_visible() and ax.images]
+    assert len(visible) == 6
+    np.testing.assert_array_equal(visible[5].images[0].get_array(), exact[2])
+    with pytest.raises(ValueError, match="one shape"):
+        plot_ibp_marginals(exact, exact[:2])
+    with pytest.raises(ValueError, match="titles"):
+        plot_ibp_marginals(exact, exact, ["a"])
