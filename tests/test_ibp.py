@@ -373,6 +373,6 @@ def test_float32_by_default():
         assert d.log_prob(z).dtype == jnp.float32 and d.marginals().dtype == jnp.float32
         p32 = np.asarray(d.marginals(), np.float64)
     d64 = RecursiveIBP(10.78, 5.6, num_rows=10, max_features=128)
-    # the documented float32 bound of poisson_cdf_diff: about 1e-6 x rate, absolute
+    # the documented float32 bound of poisson_interval_probs: about 1e-6 x rate, absolute
     rate = float(d64.expected_num_features()[-1])
     np.testing.assert_allclose(p32, np.asarray(d64.marginals()), atol=1e-6 * rate)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.special import digamma
 
-from numpyro_bnp._math import generalized_harmonic, poisson_cdf_diff
+from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
 
 
 def poisson_event_in_interval(k, r0, r1):
@@ -37,56 +37,51 @@ def test_generalized_harmonic_at_one_is_harmonic_and_large_n_is_closed_form():
     )
 
 
+def reference_interval_probs(r0, r1, num_events):
+    return np.array([poisson_event_in_interval(k, r0, r1) for k in range(1, num_events + 1)])
+
+
 @pytest.mark.parametrize(
-    ("k", "r0", "r1"),
+    ("r0", "r1", "num_events"),
     [
-        (1, 0.0, 2.0),  # first event
-        (5, 1.0, 1.3),  # lower tail, narrow interval
-        (3, 40.0, 40.5),  # upper tail: both CDFs near 0, the cancellation case
-        (60, 2.0, 3.0),  # deep lower tail
-        (30, 29.0, 31.0),  # middle
-        (200, 150.0, 150.01),  # far right, tiny increment
+        (0.0, 2.0, 30),  # first customer: P(Poisson(2) >= k)
+        (1.0, 1.3, 40),  # narrow interval at small rates
+        (40.0, 40.5, 30),  # all k below the rates: the lower-CDF branch
+        (2.0, 3.0, 80),  # deep upper tails
+        (29.0, 31.0, 90),  # both branches
+        (150.0, 150.01, 260),  # large rates, tiny increment
     ],
 )
-def test_poisson_cdf_diff_matches_positive_sum(k, r0, r1):
-    expected = poisson_event_in_interval(k, r0, r1)
-    got = float(poisson_cdf_diff(k, r0, r1))
+def test_poisson_interval_probs_match_positive_sum(r0, r1, num_events):
+    expected = reference_interval_probs(r0, r1, num_events)
+    got = np.asarray(poisson_interval_probs(r0, r1, num_events))
+    assert got.shape == (num_events,)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-300)
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    k=st.integers(1, 80),
-    r0=st.floats(0.0, 120.0),
-    width=st.floats(1e-3, 30.0),
-)
-def test_poisson_cdf_diff_property(k, r0, width):
-    expected = poisson_event_in_interval(k, r0, r0 + width)
-    got = float(poisson_cdf_diff(k, r0, r0 + width))
+@settings(max_examples=40, deadline=None)
+@given(r0=st.floats(0.0, 120.0), width=st.floats(1e-3, 30.0))
+def test_poisson_interval_probs_property(r0, width):
+    expected = reference_interval_probs(r0, r0 + width, 60)
+    got = np.asarray(poisson_interval_probs(r0, r0 + width, 60))
     # double precision: relative 1e-8 for representable values, absolute floor for underflow
-    assert abs(got - expected) <= 1e-8 * expected + 1e-280
-    assert 0.0 <= got <= 1.0
+    assert np.all(np.abs(got - expected) <= 1e-8 * expected + 1e-280)
+    assert np.all((got >= 0.0) & (got <= 1.0))
 
 
-def test_poisson_cdf_diff_edge_cases_and_broadcasting():
-    assert float(poisson_cdf_diff(0, 1.0, 2.0)) == 0.0
-    assert float(poisson_cdf_diff(3, 2.0, 2.0)) == 0.0
-    k = jnp.arange(1, 6)[:, None]
-    out = poisson_cdf_diff(k, jnp.array([0.0, 1.0, 2.0]), jnp.array([1.0, 2.0, 4.0]))
-    assert out.shape == (5, 3)
-    # summing over all k gives the expected number of events in the interval: r1 - r0
-    many = poisson_cdf_diff(
-        jnp.arange(1, 200)[:, None], jnp.array([0.5, 7.0]), jnp.array([3.5, 9.0])
-    )
-    np.testing.assert_allclose(many.sum(0), [3.0, 2.0], rtol=1e-12)
+def test_poisson_interval_probs_edge_cases_and_broadcasting():
+    np.testing.assert_array_equal(poisson_interval_probs(2.0, 2.0, 5), np.zeros(5))
+    out = poisson_interval_probs(jnp.array([0.0, 1.0, 2.0]), jnp.array([[1.0], [4.0]]), 5)
+    assert out.shape == (2, 3, 5)
+    # summed over all k: the expected number of events in the interval, r1 - r0
+    many = poisson_interval_probs(jnp.array([0.5, 7.0]), jnp.array([3.5, 9.0]), 200)
+    np.testing.assert_allclose(many.sum(-1), [3.0, 2.0], rtol=1e-12)
 
 
-def test_poisson_cdf_diff_float32_is_accurate_in_absolute_terms():
-    # JAX's float32 incomplete gamma is good to about 1e-6 x rate absolute (the bound documented
-    # in poisson_cdf_diff); the cancellation-free branch choice adds nothing to that.
-    k, r0, r1 = np.arange(1, 120), 30.0, 33.0
-    exact = np.array([poisson_event_in_interval(int(i), r0, r1) for i in k])
+def test_poisson_interval_probs_float32_meets_the_documented_bound():
+    r0, r1 = 30.0, 33.0
+    exact = reference_interval_probs(r0, r1, 120)
     with jax.enable_x64(False):
-        got = poisson_cdf_diff(jnp.asarray(k, jnp.int32), jnp.float32(r0), jnp.float32(r1))
+        got = poisson_interval_probs(jnp.float32(r0), jnp.float32(r1), 120)
         assert got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got, np.float64), exact, atol=1e-6 * r1)
