@@ -263,10 +263,13 @@ def test_overflow_is_flagged_and_warned():
     np.testing.assert_array_equal(flag, overflow)
 
 
-def test_ibp_capacity_is_the_poisson_quantile():
-    k = ibp_capacity(10.0, 5.0, num_rows=1000, tail_prob=1e-6)
-    rate = 10.0 * 5.0 * sum(1.0 / (5.0 + i) for i in range(1000))
-    assert stats.poisson.sf(k, rate) <= 1e-6 < stats.poisson.sf(k - 1, rate)
+@pytest.mark.parametrize(
+    ("alpha", "beta", "num_rows", "tail_prob"), [(10.0, 5.0, 1000, 1e-6), (1.0, 1.0, 5, 1e-300)]
+)
+def test_ibp_capacity_is_the_poisson_quantile(alpha, beta, num_rows, tail_prob):
+    k = ibp_capacity(alpha, beta, num_rows=num_rows, tail_prob=tail_prob)
+    rate = alpha * beta * sum(1.0 / (beta + i) for i in range(num_rows))
+    assert stats.poisson.sf(k, rate) <= tail_prob < stats.poisson.sf(k - 1, rate)
 
 
 # ---------------------------------------------------------------------------- NumPyro behaviour
