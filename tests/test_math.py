@@ -85,3 +85,17 @@ def test_poisson_interval_probs_float32_meets_the_documented_bound():
         got = poisson_interval_probs(jnp.float32(r0), jnp.float32(r1), 120)
         assert got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got, np.float64), exact, atol=1e-6 * r1)
+
+
+def test_poisson_interval_probs_keep_relative_accuracy_for_tiny_increments_in_float32():
+    # Late in a stream the increment αβ/(β+n-1) is tiny; a difference of two CDFs would keep only
+    # eps / increment of it. The increment is exactly representable so that float32 rounding of
+    # the rates does not blur the comparison. Values below 1e-12 are not compared: there the
+    # one incomplete-gamma difference for the mass beyond num_events dominates in float32.
+    lo, width = 100.0, 2.0**-13
+    exact = reference_interval_probs(lo, lo + width, 200)
+    with jax.enable_x64(False):
+        got = poisson_interval_probs(jnp.float32(lo), jnp.float32(lo) + jnp.float32(width), 200)
+    relevant = exact > 1e-12
+    assert relevant.sum() > 100
+    np.testing.assert_allclose(np.asarray(got, np.float64)[relevant], exact[relevant], rtol=2e-4)
