@@ -6,6 +6,7 @@ Every function is pure ``jax.numpy``, broadcasts over its arguments and works un
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
@@ -123,23 +124,31 @@ def _u_log_density(x, n, k, log_mass, sigma, log_tau):
 
 
 def _decreasing_root(fun, lo, hi, iters=_MODE_ITERS):
-    """Root of a decreasing function by Newton's method safeguarded by bisection.
+    """Root of a decreasing function by Newton's method safeguarded by bisection ("rtsafe").
 
     ``fun(x) -> (f, f')``; ``lo``/``hi`` bracket the root (``f(lo) > 0 > f(hi)``); a root outside
-    the bracket returns the nearer end. Fixed iteration count (``jit``-friendly); any shape.
+    the bracket returns the nearer end. A Newton step is taken only if it stays in the bracket
+    and is less than half the previous step (otherwise bisection), so the bracket shrinks
+    geometrically even where Newton converges slowly. Fixed iteration count; any shape.
     """
 
     def body(_, state):
-        lo, hi, x = state
+        lo, hi, x, dx_old = state
         f, df = fun(x)
         lo = jnp.where(f > 0, x, lo)
         hi = jnp.where(f > 0, hi, x)
         newton = x - f / df
-        ok = jnp.isfinite(newton) & (newton > lo) & (newton < hi)
-        return lo, hi, jnp.where(ok, newton, 0.5 * (lo + hi))
+        ok = (
+            jnp.isfinite(newton)
+            & (newton > lo)
+            & (newton < hi)
+            & (2.0 * jnp.abs(f) <= jnp.abs(dx_old * df))
+        )
+        new = jnp.where(ok, newton, 0.5 * (lo + hi))
+        return lo, hi, new, jnp.abs(new - x)
 
-    _, _, x = lax.fori_loop(0, iters, body, (lo, hi, 0.5 * (lo + hi)))
-    return x
+    init = (lo, hi, 0.5 * (lo + hi), hi - lo)
+    return lax.fori_loop(0, iters, body, init)[2]
 
 
 def _concave_mode(fun, lo, hi, iters=_MODE_ITERS):
@@ -147,22 +156,40 @@ def _concave_mode(fun, lo, hi, iters=_MODE_ITERS):
     return _decreasing_root(lambda x: fun(x)[1:], lo, hi, iters)
 
 
+def _concave_mode_from(fun, x0, iters, max_step=2.0):
+    """Mode of a concave ``g`` by Newton from a warm start ``x0``, steps clipped to ``max_step``.
+
+    For concave ``g`` the clipped Newton iteration moves towards the mode monotonically once
+    within reach; used by the urn, where the mode moves little from one item to the next.
+    """
+
+    def body(_, x):
+        _, d1, d2 = fun(x)
+        step = jnp.clip(-d1 / d2, -max_step, max_step)
+        return jnp.where(jnp.isfinite(step), x + step, x)
+
+    return lax.fori_loop(0, iters, body, x0)
+
+
 def _concave_level(fun, x_mode, g_mode, start, drop, iters=_TAIL_ITERS):
     """The point on the side of ``start`` where the concave ``g`` equals ``g_mode - drop``.
 
     Newton on a concave function started beyond the root converges monotonically (the tangent
     lies above the function); a start between the mode and the root jumps beyond it in one step.
+    Steps are capped at twice the initial distance ``|start - x_mode|`` so that a jump onto a
+    super-exponentially decaying side cannot land arbitrarily far out.
     """
+    cap = 2.0 * jnp.abs(start - x_mode)
 
     def body(_, x):
         g, d1, _ = fun(x)
-        new = x - (g - g_mode + drop) / d1
-        return jnp.where(jnp.isfinite(new), new, 0.5 * (x + x_mode))
+        step = jnp.clip(-(g - g_mode + drop) / d1, -cap, cap)
+        return jnp.where(jnp.isfinite(step), x + step, 0.5 * (x + x_mode))
 
     return lax.fori_loop(0, iters, body, start)
 
 
-def _log_integral_exp_concave(fun, x_mode, num_nodes):
+def _log_integral_exp_concave(fun, x_mode, num_nodes, tail_iters=_TAIL_ITERS):
     """``log ∫ exp(g(x) - g(x_mode)) dx`` for concave ``g`` and an error estimate.
 
     Two Gauss–Legendre panels, ``[x_L, x*]`` and ``[x*, x_R]``, where ``x_L``/``x_R`` are the
@@ -172,8 +199,8 @@ def _log_integral_exp_concave(fun, x_mode, num_nodes):
     g_mode, _, d2 = fun(x_mode)
     scale = jnp.sqrt(-1.0 / jnp.minimum(d2, -1e-30))
     step = scale * jnp.sqrt(2.0 * _TAIL_DROP)
-    x_left = _concave_level(fun, x_mode, g_mode, x_mode - step, _TAIL_DROP)
-    x_right = _concave_level(fun, x_mode, g_mode, x_mode + step, _TAIL_DROP)
+    x_left = _concave_level(fun, x_mode, g_mode, x_mode - step, _TAIL_DROP, tail_iters)
+    x_right = _concave_level(fun, x_mode, g_mode, x_mode + step, _TAIL_DROP, tail_iters)
     x_left = jnp.minimum(x_left, x_mode - 1e-3 * scale)
     x_right = jnp.maximum(x_right, x_mode + 1e-3 * scale)
 
@@ -206,7 +233,8 @@ def _nggp_scaled(mass, sigma, tau):
     return log_mass, sigma, tau
 
 
-def nggp_log_v(n, k, mass, sigma, tau, *, num_nodes=64):
+@functools.partial(jax.jit, static_argnames=("num_nodes",))
+def nggp_log_v(n, k, mass, sigma, tau, *, num_nodes=96):
     r"""``log V_{n,k}`` of the NGGP EPPF and an estimate of its absolute error.
 
     .. math::
@@ -226,6 +254,16 @@ def nggp_log_v(n, k, mass, sigma, tau, *, num_nodes=64):
         (``tau > 0`` when ``sigma = 0``).
     :return: ``(log_v, abs_error_of_log_v)``.
     """
+    log_v, err, _ = _nggp_log_v_mode(n, k, mass, sigma, tau, num_nodes=num_nodes)
+    return log_v, err
+
+
+def _nggp_log_v_mode(n, k, mass, sigma, tau, *, num_nodes, mode_guess=None):
+    """:func:`nggp_log_v` plus the mode of the scaled log-U integrand (for warm starts).
+
+    Without ``mode_guess`` the mode is found on the bracket ``[-800, 800]``; with it, by eight
+    clipped Newton steps from the guess and fewer tail iterations (the urn's fast path).
+    """
     log_mass, sigma, tau = _nggp_scaled(mass, sigma, tau)
     dtype = log_mass.dtype
     n = jnp.asarray(n, dtype)
@@ -238,15 +276,19 @@ def nggp_log_v(n, k, mass, sigma, tau, *, num_nodes=64):
     stable = (k - 1.0) * jnp.log(safe_sigma) + gammaln(k) - gammaln(n)
 
     def fun(x):
-        return _u_log_density(x, n, k, log_mass, safe_sigma, 0.0)
+        return _u_log_density(x, n, k, log_mass, sigma, 0.0)
 
-    lo = jnp.full(n.shape, -_BRACKET, dtype)
-    x_mode = _concave_mode(fun, lo, -lo)
-    log_int, err = _log_integral_exp_concave(fun, x_mode, num_nodes)
+    if mode_guess is None:
+        lo = jnp.full(n.shape, -_BRACKET, dtype)
+        x_mode = _concave_mode(fun, lo, -lo)
+        log_int, err = _log_integral_exp_concave(fun, x_mode, num_nodes)
+    else:
+        x_mode = _concave_mode_from(fun, jnp.broadcast_to(mode_guess, n.shape), 8)
+        log_int, err = _log_integral_exp_concave(fun, x_mode, num_nodes, tail_iters=10)
     quad = k * log_mass - gammaln(n) + fun(x_mode)[0] + log_int
     log_v = jnp.where(sigma == 0, dp, jnp.where(tau == 0, stable, quad))
     err = jnp.where((sigma == 0) | (tau == 0), 0.0, err)
-    return log_v, err
+    return log_v, err, x_mode
 
 
 def _concave_envelope_sample(key, fun, x_mode):
@@ -284,6 +326,7 @@ def _concave_envelope_sample(key, fun, x_mode):
     return lax.while_loop(lambda s: ~s[2], draw, init)[1]
 
 
+@jax.jit
 def nggp_sample_log_u(key, n, k, mass, sigma, tau):
     r"""An exact draw of ``log U_n`` from :math:`p(U_n \mid z)` for a partition of ``n`` items in ``k`` blocks.
 
@@ -300,8 +343,9 @@ def nggp_sample_log_u(key, n, k, mass, sigma, tau):
     k = jnp.asarray(k, log_mass.dtype)
     key_stable, key_general = random.split(key)
     safe_sigma = jnp.where(sigma > 0, sigma, 0.5)
-    stable = (random.loggamma(key_stable, k, dtype=log_mass.dtype) - log_mass
-              + jnp.log(safe_sigma)) / safe_sigma
+    stable = (
+        random.loggamma(key_stable, k, dtype=log_mass.dtype) - log_mass + jnp.log(safe_sigma)
+    ) / safe_sigma
 
     def fun(x):
         return _u_log_density(x, n, k, log_mass, sigma, 0.0)
@@ -316,7 +360,7 @@ def nggp_sample_log_u(key, n, k, mass, sigma, tau):
 # parameter). Spec ``../shared/specs/nrm_adf_ep.md`` §1.3, ``powerprior_slice.md`` D2.
 # ---------------------------------------------------------------------------------------------
 
-_CF_ITERS = 200  # continued-fraction terms for Γ(s, y), y >= 1
+_CF_ITERS = 100  # continued-fraction terms for Γ(s, y), y >= 1 (converged to 1e-15 at y = 1)
 
 
 def _gl_panel(fun, a, b, num_nodes):
@@ -356,6 +400,7 @@ def _log_upper_gamma_cf(s, y):
     return -y + s * jnp.log(y) + jnp.log(h)
 
 
+@jax.jit
 def log_upper_gamma_neg(sigma, y):
     r"""``log Γ(-σ, y)``, the upper incomplete gamma function with first argument ``-σ ∈ (-1, 0]``.
 
@@ -403,6 +448,7 @@ def _tanh_sinh(level=7):
     return x, w
 
 
+@jax.jit
 def log_beta_levy_tail(x, discount, b):
     r"""``log ∫_x^1 θ^{-1-d} (1-θ)^{b-1} dθ`` for ``0 < x < 1``, ``d = discount ∈ [0, 1)``, ``b > 0``.
 
@@ -441,7 +487,5 @@ def log_beta_levy_tail(x, discount, b):
     span = s_c - log_x  # >= 0
     closed = jnp.where(d > 0, jnp.exp(-d * s_c) * jnp.expm1(d * span) / safe_d, span)
     s_min = jnp.maximum(log_x, s_c - 60.0 / (1.0 - d))
-    lower = (
-        _gl_panel(direct, s_c, log_half, 32) + closed + _gl_panel(correction, s_min, s_c, 64)
-    )
+    lower = _gl_panel(direct, s_c, log_half, 32) + closed + _gl_panel(correction, s_min, s_c, 64)
     return jnp.log(upper + jnp.where(x < 0.5, lower, 0.0))

@@ -88,7 +88,9 @@ def check_ggp_params(mass, sigma, tau):
     if _is_concrete(sigma, tau):
         s, t = np.broadcast_arrays(np.asarray(sigma, float), np.asarray(tau, float))
         if np.any((s == 0) & (t == 0)):
-            raise ValueError("tau must be > 0 when sigma = 0 (the process would have infinite mass)")
+            raise ValueError(
+                "tau must be > 0 when sigma = 0 (the process would have infinite mass)"
+            )
 
 
 class _DecreasingAtoms(constraints.ParameterFreeConstraint):
@@ -191,9 +193,18 @@ class CompletelyRandomMeasure(Distribution):
 
     def _inverse_tail(self, log_gamma):
         """``N^{-1}(Γ)`` from ``log Γ`` (any shape broadcasting with ``batch_shape``)."""
+        return _inverse_tail_jit(self, log_gamma)
+
+    def _inverse_tail_last(self, log_gamma):
+        """:meth:`_inverse_tail` for ``log Γ`` of shape ``(..., batch_shape, K)`` (atoms last)."""
+        return jnp.moveaxis(self._inverse_tail(jnp.moveaxis(log_gamma, -1, 0)), 0, -1)
+
+    def _inverse_tail_impl(self, log_gamma):
         dtype = self._dtype
         finfo = jnp.finfo(dtype)
-        lo = jnp.full(jnp.broadcast_shapes(jnp.shape(log_gamma), self.batch_shape), np.log(finfo.tiny), dtype)
+        lo = jnp.full(
+            jnp.broadcast_shapes(jnp.shape(log_gamma), self.batch_shape), np.log(finfo.tiny), dtype
+        )
         hi = jnp.full_like(lo, 0.0 if np.isfinite(self.upper) else 0.5 * np.log(finfo.max))
 
         def fun(s):
@@ -226,7 +237,7 @@ class CompletelyRandomMeasure(Distribution):
         key_gamma, key_v = random.split(key)
         gammas = self._arrivals(key_gamma, truncation)
         if representation == "inverse_levy":
-            return self._inverse_tail(jnp.log(gammas))
+            return self._inverse_tail_last(jnp.log(gammas))
         if representation == "bondesson":
             return self._bondesson(key_v, gammas)
         return self._rejection(key_v, gammas)
@@ -242,7 +253,7 @@ class CompletelyRandomMeasure(Distribution):
         """The ``truncation`` largest atoms (decreasing), by the inverse-Lévy series."""
         shape = tuple(sample_shape) + self.batch_shape + (self.truncation,)
         gammas = jnp.cumsum(random.exponential(key, shape, self._dtype), axis=-1)
-        return self._inverse_tail(jnp.log(gammas))
+        return self._inverse_tail_last(jnp.log(gammas))
 
     @validate_sample
     def log_prob(self, value):
@@ -263,7 +274,9 @@ class CompletelyRandomMeasure(Distribution):
         """``(c, F_V^{-1}(p))`` of the Bondesson representation."""
         raise NotImplementedError
 
-    def truncation_error_bound(self, truncation, num_obs, representation="inverse_levy", likelihood="bernoulli"):
+    def truncation_error_bound(
+        self, truncation, num_obs, representation="inverse_levy", likelihood="bernoulli"
+    ):
         r"""Upper bound on the error of keeping the first ``truncation`` atoms of a series.
 
         Campbell et al. (2019), series-representation bound: with ``N`` observations
@@ -313,7 +326,11 @@ class CompletelyRandomMeasure(Distribution):
         def integrand(s):
             theta = jnp.exp(s)
             log_m = log_tail(theta)
-            return gammainc(k, jnp.exp(log_m)) * miss(theta) * jnp.exp(s + self.levy_log_density(theta))
+            return (
+                gammainc(k, jnp.exp(log_m))
+                * miss(theta)
+                * jnp.exp(s + self.levy_log_density(theta))
+            )
 
         grid = jnp.linspace(0.0, 1.0, 61, dtype=dtype).reshape((61,) + (1,) * len(self.batch_shape))
         edges = s_lo + (s_hi - s_lo) * grid
@@ -326,7 +343,9 @@ class CompletelyRandomMeasure(Distribution):
         nodes, weights = np.polynomial.legendre.leggauss(64)
         p = jnp.asarray(0.5 * (nodes + 1.0), dtype)
         w = jnp.asarray(0.5 * weights, dtype)
-        c, v = self._bondesson_constant_and_quantile(p.reshape((64,) + (1,) * len(self.batch_shape)))
+        c, v = self._bondesson_constant_and_quantile(
+            p.reshape((64,) + (1,) * len(self.batch_shape))
+        )
         mean_v = jnp.sum(w.reshape(v.shape[:1] + (1,) * (v.ndim - 1)) * v, axis=0)
         u_max = c * (jnp.log1p(num_obs * jnp.max(v, axis=0)) + 46.0)
 
@@ -339,6 +358,9 @@ class CompletelyRandomMeasure(Distribution):
         total = sum(_gl_panel(integrand, edges[i], edges[i + 1], 32) for i in range(60))
         total = total + c * num_obs * mean_v * jnp.exp(-u_max / c)
         return -jnp.expm1(-total)
+
+
+_inverse_tail_jit = jax.jit(lambda crm, log_gamma: crm._inverse_tail_impl(log_gamma))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +409,9 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
     def levy_log_density(self, x):
         x = jnp.asarray(x, self._dtype)
         return (
-            jnp.log(self.mass) - gammaln(1.0 - self.sigma) - (1.0 + self.sigma) * jnp.log(x)
+            jnp.log(self.mass)
+            - gammaln(1.0 - self.sigma)
+            - (1.0 + self.sigma) * jnp.log(x)
             - self.tau * x
         )
 
@@ -398,8 +422,10 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
     def _log_tail(self, x):
         _, tau = self._safe()
         tilted = (
-            jnp.log(self.mass) + self.sigma * jnp.log(tau)
-            + log_upper_gamma_neg(self.sigma, tau * x) - gammaln(1.0 - self.sigma)
+            jnp.log(self.mass)
+            + self.sigma * jnp.log(tau)
+            + log_upper_gamma_neg(self.sigma, tau * x)
+            - gammaln(1.0 - self.sigma)
         )
         return jnp.where(self.tau > 0, tilted, self._log_stable_tail(x))
 
@@ -495,13 +521,19 @@ class BetaProcess(CompletelyRandomMeasure):
     support = decreasing_unit_atoms
     upper = 1.0
 
-    def __init__(self, mass, concentration=1.0, discount=0.0, *, truncation=100, validate_args=None):
+    def __init__(
+        self, mass, concentration=1.0, discount=0.0, *, truncation=100, validate_args=None
+    ):
         _check(lambda m: m > 0, "mass", "finite and > 0", mass)
         _check(lambda d: (d >= 0) & (d < 1), "discount", "in [0, 1)", discount)
         if _is_concrete(concentration, discount):
-            lam, d = np.broadcast_arrays(np.asarray(concentration, float), np.asarray(discount, float))
+            lam, d = np.broadcast_arrays(
+                np.asarray(concentration, float), np.asarray(discount, float)
+            )
             if not (np.all(np.isfinite(lam)) and np.all(lam > -d)):
-                raise ValueError(f"concentration must be finite and > -discount, got {concentration!r}")
+                raise ValueError(
+                    f"concentration must be finite and > -discount, got {concentration!r}"
+                )
         self._init(
             {"mass": mass, "concentration": concentration, "discount": discount},
             truncation,
@@ -518,7 +550,9 @@ class BetaProcess(CompletelyRandomMeasure):
         inside = (x > 0) & (x < 1)
         safe = jnp.where(inside, x, 0.5)
         value = (
-            jnp.log(self.mass) + self._log_c() - (1.0 + d) * jnp.log(safe)
+            jnp.log(self.mass)
+            + self._log_c()
+            - (1.0 + d) * jnp.log(safe)
             + (lam + d - 1.0) * jnp.log1p(-safe)
         )
         return jnp.where(inside, value, -jnp.inf)

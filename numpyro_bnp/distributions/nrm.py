@@ -22,7 +22,12 @@ from jax.scipy.special import gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._math import ggp_laplace_exponent, nggp_log_v, nggp_sample_log_u
+from numpyro_bnp._math import (
+    _nggp_log_v_mode,
+    ggp_laplace_exponent,
+    nggp_log_v,
+    nggp_sample_log_u,
+)
 from numpyro_bnp.distributions.crm import (
     GeneralizedGammaProcess,
     _is_concrete,
@@ -73,6 +78,76 @@ def cluster_sizes(labels):
 def num_clusters(labels):
     """Number of blocks ``K`` of canonical label vectors ``(..., n)`` → ``(...)``."""
     return jnp.max(jnp.asarray(labels), axis=-1) + 1
+
+
+def _urn(key, mass, sigma, tau, num):
+    """One partition for scalar parameters: labels ``(N,)`` int32 and ``log U_N``."""
+    dtype = jnp.result_type(mass)
+    two = jnp.arange(2, dtype=dtype)
+
+    def item(carry, inputs):
+        labels, joined, k, modes = carry
+        i, key_i = inputs
+        kf = k.astype(dtype)
+        # V_{i+1,K} and V_{i+1,K+1}, warm-started from the modes of the previous item
+        log_v, _, new_modes = _nggp_log_v_mode(
+            i + 1.0, kf + two, mass, sigma, tau, num_nodes=32, mode_guess=modes
+        )
+        old_total = jnp.log(jnp.maximum(i - kf * sigma, 1e-30)) + log_v[0]
+        p_new = jnp.where(k == 0, 1.0, jax.nn.sigmoid(log_v[1] - old_total))
+        u_new, u_mix, u_pick = random.uniform(key_i, (3,), dtype)
+        # an old block with probability ∝ n_k - σ = (1 - σ) + (n_k - 1): a uniform block
+        # (mass K (1 - σ)) or the block of a uniform "joining" item (mass i - K)
+        num_joined = i.astype(jnp.int32) - k
+        uniform_block = jnp.minimum(jnp.floor(u_pick * kf).astype(jnp.int32), k - 1)
+        joined_item = jnp.minimum(
+            jnp.floor(u_pick * num_joined).astype(jnp.int32), jnp.maximum(num_joined - 1, 0)
+        )
+        pick_uniform = u_mix * (i - kf * sigma) < kf * (1.0 - sigma)
+        old = jnp.where(pick_uniform, uniform_block, joined[joined_item])
+        is_new = u_new < p_new
+        label = jnp.where(is_new, k, old)
+        slot = jnp.minimum(num_joined, num - 1)
+        joined = joined.at[slot].set(jnp.where(is_new, joined[slot], label))
+        labels = labels.at[i.astype(jnp.int32)].set(label)
+        shifted = jnp.stack([new_modes[1], 2.0 * new_modes[1] - new_modes[0]])
+        modes = jnp.where(is_new, shifted, new_modes)
+        return (labels, joined, k + is_new.astype(jnp.int32), modes), None
+
+    key_urn, key_u = random.split(key)
+    # cold start: the modes for (n, k) = (1, 0) and (1, 1) on the full bracket
+    modes = _nggp_log_v_mode(1.0, two, mass, sigma, tau, num_nodes=32)[2]
+    init = (jnp.zeros(num, jnp.int32), jnp.zeros(num, jnp.int32), jnp.int32(0), modes)
+    steps = (jnp.arange(num, dtype=dtype), random.split(key_urn, num))
+    (labels, _, k, _), _ = lax.scan(item, init, steps)
+    log_u = nggp_sample_log_u(key_u, num, k, mass, sigma, tau)
+    return labels, log_u
+
+
+_urn_batch = jax.jit(jax.vmap(_urn, in_axes=(0, 0, 0, 0, None)), static_argnums=4)
+
+
+def _num_clusters_path(mass, sigma, tau, num):
+    """Scalar parameters: ``(E[K_n] for n = 1..N, log P(K_N = k) for k = 1..N)``."""
+    dtype = jnp.result_type(mass)
+    ks = jnp.arange(1, num + 1, dtype=dtype)
+
+    def step(log_s, n):
+        # log_s[k-1] = log S_σ(n, k): generalized Stirling numbers (spec §2.2)
+        log_v = nggp_log_v(n, jnp.minimum(ks, n), mass, sigma, tau)[0]
+        log_pk = jnp.where(ks <= n, log_v + log_s, -jnp.inf)
+        mean = jnp.sum(ks * jnp.exp(log_pk))
+        grow = jnp.log(jnp.maximum(n - ks * sigma, 1e-30)) + log_s
+        shifted = jnp.concatenate([jnp.full((1,), -jnp.inf, dtype), log_s[:-1]])
+        log_s = jnp.where(ks <= n + 1, jnp.logaddexp(grow, shifted), -jnp.inf)
+        return log_s, (mean, log_pk)
+
+    log_s1 = jnp.where(ks == 1, 0.0, -jnp.inf)
+    _, (means, log_pk) = lax.scan(step, log_s1, jnp.arange(1, num + 1, dtype=dtype))
+    return means, log_pk[-1]
+
+
+_path_batch = jax.jit(jax.vmap(_num_clusters_path, in_axes=(0, 0, 0, None)), static_argnums=3)
 
 
 class NGGP(Distribution):
@@ -179,9 +254,7 @@ class NGGP(Distribution):
         """
         value = jnp.asarray(value)
         if value.shape[-1:] != (self.num_points,):
-            raise ValueError(
-                f"value must have shape (..., {self.num_points}), got {value.shape}"
-            )
+            raise ValueError(f"value must have shape (..., {self.num_points}), got {value.shape}")
         safe = jnp.where(canonical_partition(value)[..., None], value, 0)
         lp = self._log_eppf(safe)
         return jnp.where(canonical_partition(value), lp, -jnp.inf)
@@ -251,48 +324,13 @@ class NGGP(Distribution):
         return jnp.exp(logits)
 
     # ------------------------------------------------------------------ sampling
-    def _urn(self, key, mass, sigma, tau):
-        """One partition for scalar parameters: labels ``(N,)`` int32 and ``log U_N``."""
-        num = self.num_points
-        dtype = jnp.result_type(mass)
-        two = jnp.arange(2, dtype=dtype)
-
-        def item(carry, inputs):
-            labels, joined, k = carry
-            i, key_i = inputs
-            kf = k.astype(dtype)
-            log_v = nggp_log_v(i + 1.0, kf + two, mass, sigma, tau, num_nodes=32)[0]
-            old_total = jnp.log(jnp.maximum(i - kf * sigma, 1e-30)) + log_v[0]
-            p_new = jnp.where(k == 0, 1.0, jax.nn.sigmoid(log_v[1] - old_total))
-            u_new, u_mix, u_pick = random.uniform(key_i, (3,), dtype)
-            # an old block with probability ∝ n_k - σ = (1 - σ) + (n_k - 1): a uniform block
-            # (mass K (1 - σ)) or the block of a uniform "joining" item (mass i - K)
-            num_joined = i.astype(jnp.int32) - k
-            uniform_block = jnp.minimum(jnp.floor(u_pick * kf).astype(jnp.int32), k - 1)
-            joined_item = jnp.minimum(
-                jnp.floor(u_pick * num_joined).astype(jnp.int32), jnp.maximum(num_joined - 1, 0)
-            )
-            pick_uniform = u_mix * (i - kf * sigma) < kf * (1.0 - sigma)
-            old = jnp.where(pick_uniform, uniform_block, joined[joined_item])
-            is_new = u_new < p_new
-            label = jnp.where(is_new, k, old)
-            slot = jnp.minimum(num_joined, num - 1)
-            joined = joined.at[slot].set(jnp.where(is_new, joined[slot], label))
-            labels = labels.at[i.astype(jnp.int32)].set(label)
-            return (labels, joined, k + is_new.astype(jnp.int32)), None
-
-        key_urn, key_u = random.split(key)
-        init = (jnp.zeros(num, jnp.int32), jnp.zeros(num, jnp.int32), jnp.int32(0))
-        steps = (jnp.arange(num, dtype=dtype), random.split(key_urn, num))
-        (labels, _, k), _ = lax.scan(item, init, steps)
-        log_u = nggp_sample_log_u(key_u, num, k, mass, sigma, tau)
-        return labels, log_u
-
     def _sample(self, key, sample_shape):
         shape = tuple(sample_shape) + self.batch_shape
         size = int(np.prod(shape))
-        params = [jnp.broadcast_to(p, shape).reshape(size) for p in (self.mass, self.sigma, self.tau)]
-        labels, log_u = jax.vmap(self._urn)(random.split(key, size), *params)
+        params = [
+            jnp.broadcast_to(p, shape).reshape(size) for p in (self.mass, self.sigma, self.tau)
+        ]
+        labels, log_u = _urn_batch(random.split(key, size), *params, self.num_points)
         return labels.reshape(shape + self.event_shape), log_u.reshape(shape)
 
     def sample(self, key, sample_shape=()):
@@ -305,31 +343,11 @@ class NGGP(Distribution):
         return labels, [log_u]
 
     # ------------------------------------------------------------------ number of blocks
-    def _num_clusters_path(self, mass, sigma, tau):
-        """Scalar parameters: ``(E[K_n] for n = 1..N, log P(K_N = k) for k = 1..N)``."""
-        num = self.num_points
-        dtype = jnp.result_type(mass)
-        ks = jnp.arange(1, num + 1, dtype=dtype)
-
-        def step(log_s, n):
-            # log_s[k-1] = log S_σ(n, k): generalized Stirling numbers (spec §2.2)
-            log_v = nggp_log_v(n, jnp.minimum(ks, n), mass, sigma, tau)[0]
-            log_pk = jnp.where(ks <= n, log_v + log_s, -jnp.inf)
-            mean = jnp.sum(ks * jnp.exp(log_pk))
-            grow = jnp.log(jnp.maximum(n - ks * sigma, 1e-30)) + log_s
-            shifted = jnp.concatenate([jnp.full((1,), -jnp.inf, dtype), log_s[:-1]])
-            log_s = jnp.where(ks <= n + 1, jnp.logaddexp(grow, shifted), -jnp.inf)
-            return log_s, (mean, log_pk)
-
-        log_s1 = jnp.where(ks == 1, 0.0, -jnp.inf)
-        _, (means, log_pk) = lax.scan(step, log_s1, jnp.arange(1, num + 1, dtype=dtype))
-        return means, log_pk[-1]
-
     def _path(self):
         shape = self.batch_shape
         size = int(np.prod(shape))
         params = [p.reshape(size) for p in (self.mass, self.sigma, self.tau)]
-        means, log_pk = jax.vmap(self._num_clusters_path)(*params)
+        means, log_pk = _path_batch(*params, self.num_points)
         return means.reshape(shape + (-1,)), log_pk.reshape(shape + (-1,))
 
     def expected_num_clusters(self):
