@@ -129,7 +129,8 @@ def _decreasing_root(fun, lo, hi, iters=_MODE_ITERS):
     ``fun(x) -> (f, f')``; ``lo``/``hi`` bracket the root (``f(lo) > 0 > f(hi)``); a root outside
     the bracket returns the nearer end. A Newton step is taken only if it stays in the bracket
     and is less than half the previous step (otherwise bisection), so the bracket shrinks
-    geometrically even where Newton converges slowly. Fixed iteration count; any shape.
+    geometrically even where Newton converges slowly; once Newton has converged (step below
+    rounding) the point is kept. Fixed iteration count; any shape.
     """
 
     def body(_, state):
@@ -138,11 +139,13 @@ def _decreasing_root(fun, lo, hi, iters=_MODE_ITERS):
         lo = jnp.where(f > 0, x, lo)
         hi = jnp.where(f > 0, hi, x)
         newton = x - f / df
+        eps = jnp.finfo(jnp.result_type(x)).eps
+        converged = jnp.abs(newton - x) <= 8.0 * eps * (1.0 + jnp.abs(x))
         ok = (
             jnp.isfinite(newton)
-            & (newton > lo)
-            & (newton < hi)
-            & (2.0 * jnp.abs(f) <= jnp.abs(dx_old * df))
+            & (newton >= lo)
+            & (newton <= hi)
+            & ((2.0 * jnp.abs(f) <= jnp.abs(dx_old * df)) | converged)
         )
         new = jnp.where(ok, newton, 0.5 * (lo + hi))
         return lo, hi, new, jnp.abs(new - x)

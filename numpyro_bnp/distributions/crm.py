@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 REPRESENTATIONS = ("inverse_levy", "bondesson", "rejection")
+_TABLE_SIZE = 256  # cells of the log-tail table that brackets the inverse-Lévy roots
+_NEWTON_ITERS = 20  # safeguarded Newton steps inside a cell
 LIKELIHOODS = ("bernoulli", "poisson")
 
 
@@ -200,21 +202,37 @@ class CompletelyRandomMeasure(Distribution):
         return jnp.moveaxis(self._inverse_tail(jnp.moveaxis(log_gamma, -1, 0)), 0, -1)
 
     def _inverse_tail_impl(self, log_gamma):
+        # Root of log N(θ(s)) = log Γ in s = log θ (unbounded atoms) or s = logit θ (atoms in
+        # (0, 1): log N is then close to linear at both ends). A table of log N on 256 cells
+        # (shared by all atoms) brackets each root; safeguarded Newton with the exact tail
+        # finishes it.
         dtype = self._dtype
         finfo = jnp.finfo(dtype)
-        lo = jnp.full(
-            jnp.broadcast_shapes(jnp.shape(log_gamma), self.batch_shape), np.log(finfo.tiny), dtype
-        )
-        hi = jnp.full_like(lo, 0.0 if np.isfinite(self.upper) else 0.5 * np.log(finfo.max))
+        bounded = bool(np.isfinite(self.upper))
+        hi = -np.log(finfo.eps) + 10.0 if bounded else 0.5 * np.log(finfo.max)
+        grid = jnp.linspace(np.log(finfo.tiny), hi, _TABLE_SIZE + 1, dtype=dtype)
+        grid = grid.reshape((-1,) + (1,) * len(self.batch_shape))
+
+        def atom(s):
+            return jax.nn.sigmoid(s) if bounded else jnp.exp(s)
+
+        def log_jacobian(s):  # log dθ/ds
+            return jax.nn.log_sigmoid(s) + jax.nn.log_sigmoid(-s) if bounded else s
+
+        table = self._log_tail(atom(grid))  # (cells + 1, *batch), decreasing
+        log_gamma = jnp.asarray(log_gamma, dtype)
+        count = jnp.sum(jnp.moveaxis(table, 0, -1) > jnp.expand_dims(log_gamma, -1), axis=-1)
+        index = jnp.clip(count, 1, _TABLE_SIZE)
+        step = grid[1] - grid[0]
+        lo = grid[0] + (index - 1) * step
 
         def fun(s):
-            x = jnp.exp(s)
+            x = atom(s)
             log_tail = self._log_tail(x)
-            slope = -jnp.exp(s + self.levy_log_density(x) - log_tail)
+            slope = -jnp.exp(log_jacobian(s) + self.levy_log_density(x) - log_tail)
             return log_tail - log_gamma, slope
 
-        s = _decreasing_root(fun, lo, hi, 96)
-        return jnp.exp(s)
+        return atom(_decreasing_root(fun, lo, lo + step, _NEWTON_ITERS))
 
     def _arrivals(self, key, truncation):
         shape = self.batch_shape + (truncation,)
@@ -308,6 +326,9 @@ class CompletelyRandomMeasure(Distribution):
                 "likelihood='bernoulli' needs atoms in [0, 1] (a beta process); "
                 f"{type(self).__name__} has unbounded atoms, use likelihood='poisson'"
             )
+        return _bound_jit(self, truncation, num_obs, representation, likelihood)
+
+    def _bound_impl(self, truncation, num_obs, representation, likelihood):
         dtype = self._dtype
         k = jnp.asarray(truncation, dtype)
 
@@ -320,7 +341,7 @@ class CompletelyRandomMeasure(Distribution):
             return self._bondesson_bound(k, num_obs, miss)
         log_tail = self._log_tail if representation == "inverse_levy" else self._log_dominating_tail
         # range in s = log θ: from where ν has mass e^{-46} above, down 300 units (or to tiny)
-        s_hi = jnp.log(self._inverse_tail(jnp.asarray(-46.0, dtype)))
+        s_hi = jnp.log(self._inverse_tail_impl(jnp.asarray(-46.0, dtype)))
         s_lo = jnp.maximum(s_hi - 300.0, np.log(jnp.finfo(dtype).tiny) + 50.0)
 
         def integrand(s):
@@ -361,6 +382,10 @@ class CompletelyRandomMeasure(Distribution):
 
 
 _inverse_tail_jit = jax.jit(lambda crm, log_gamma: crm._inverse_tail_impl(log_gamma))
+_bound_jit = jax.jit(
+    lambda crm, k, num_obs, rep, likelihood: crm._bound_impl(k, num_obs, rep, likelihood),
+    static_argnums=(1, 2, 3, 4),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,6 +509,7 @@ class GammaProcess(GeneralizedGammaProcess):
     """
 
     arg_constraints = {"mass": constraints.positive, "rate": constraints.positive}
+    pytree_data_fields = ("mass", "sigma", "tau")
 
     def __init__(self, mass, rate=1.0, *, truncation=100, validate_args=None):
         _check(lambda r: r > 0, "rate", "finite and > 0", rate)
@@ -646,6 +672,12 @@ class BetaPrimeProcess(CompletelyRandomMeasure):
         safe = jnp.where(lam != 1, lam - 1.0, 1.0)
         integral = jnp.where(lam != 1, -jnp.expm1(-safe * log1p_x) / safe, log1p_x)
         return self.mass * lam * integral
+
+    def _inverse_tail_impl(self, log_gamma):
+        # the atoms are the images θ/(1-θ) of the BetaProcess(γ, λ) atoms for the same Γ
+        beta = BetaProcess(self.mass, self.concentration, truncation=self.truncation)
+        pi = beta._inverse_tail_impl(log_gamma)
+        return pi / (1.0 - pi)
 
     def _representations(self):
         return {

@@ -20,6 +20,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import generalized_harmonic, poisson_cdf_diff
+from numpyro_bnp.distributions.crm import BetaProcess
 
 __all__ = ["RecursiveIBP", "buffet_matrix", "ibp_capacity", "num_active_features"]
 
@@ -326,3 +327,15 @@ class RecursiveIBP(Distribution):
         k = jnp.arange(1, running_sum.shape[-1] + 1, dtype=dtype)
         created_now = poisson_cdf_diff(k, rate_existing, rate_existing + rate_new)
         return jnp.clip(running_sum / (beta + num_seen) + created_now, 0.0, 1.0)
+
+    def as_beta_process(self, truncation=None):
+        r"""The de Finetti measure of IBP(α, β): ``BetaProcess(mass=α, concentration=β)``.
+
+        The two-parameter IBP is a Bernoulli process driven by a beta process with Lévy density
+        :math:`αβ θ^{-1} (1-θ)^{β-1}` (Thibaux & Jordan 2007); a slice sampler or any series
+        representation can then run on a model written with ``RecursiveIBP``. ``truncation``
+        (default ``max_features``) is the number of atoms of the returned distribution.
+        """
+        truncation = self.max_features if truncation is None else truncation
+        return BetaProcess(self.alpha, self.beta, truncation=truncation)
+
