@@ -113,9 +113,21 @@ def main(quick=False):
         rows.append(("partition sample", n, t_sample, t_ref))
     truncation = 200
     for name, process, reps in [
-        ("beta(2, 2.5)", BetaProcess(2.0, 2.5, truncation=truncation), ["inverse_levy", "bondesson", "rejection"]),
-        ("gamma(2, 1)", GammaProcess(2.0, 1.0, truncation=truncation), ["inverse_levy", "bondesson", "rejection"]),
-        ("GGP(2, .5, 1)", GeneralizedGammaProcess(2.0, 0.5, 1.0, truncation=truncation), ["inverse_levy", "rejection"]),
+        (
+            "beta(2, 2.5)",
+            BetaProcess(2.0, 2.5, truncation=truncation),
+            ["inverse_levy", "bondesson", "rejection"],
+        ),
+        (
+            "gamma(2, 1)",
+            GammaProcess(2.0, 1.0, truncation=truncation),
+            ["inverse_levy", "bondesson", "rejection"],
+        ),
+        (
+            "GGP(2, .5, 1)",
+            GeneralizedGammaProcess(2.0, 0.5, 1.0, truncation=truncation),
+            ["inverse_levy", "rejection"],
+        ),
     ]:
         for rep in reps:
             draws = jax.jit(jax.vmap(lambda k, p=process, r=rep: p.series(k, truncation, r)))
@@ -124,7 +136,15 @@ def main(quick=False):
             t = timed(lambda f=draws, keys=keys: f(keys), 3)
             ref = np.nan
             if name.startswith("gamma") and rep == "inverse_levy":
-                ref = timed(lambda: [numpy_inverse_levy_gamma(np.random.default_rng(i), truncation) for i in range(5)]) * 20
+                ref = (
+                    timed(
+                        lambda: [
+                            numpy_inverse_levy_gamma(np.random.default_rng(i), truncation)
+                            for i in range(5)
+                        ]
+                    )
+                    * 20
+                )
             rows.append((f"series {name} {rep} (100 x {truncation})", truncation, t, ref))
 
     print(f"{'task':52s} {'n':>8s} {'numpyro_bnp [s]':>16s} {'SciPy/NumPy [s]':>16s} {'ratio':>8s}")

@@ -75,7 +75,7 @@ _TAIL_ITERS = 24  # Newton steps for the end points of the quadrature interval
 _TAIL_DROP = 40.0  # the integrand is integrated where it is above exp(-40) times its maximum
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _leggauss(num_nodes):
     """Gauss–Legendre nodes and weights on [-1, 1] (host constants, computed once per size)."""
     return np.polynomial.legendre.leggauss(num_nodes)
@@ -331,7 +331,7 @@ def _concave_envelope_sample(key, fun, x_mode):
 
 @jax.jit
 def nggp_sample_log_u(key, n, k, mass, sigma, tau):
-    r"""An exact draw of ``log U_n`` from :math:`p(U_n \mid z)` for a partition of ``n`` items in ``k`` blocks.
+    r"""An exact draw of ``log U_n`` from :math:`p(U_n \mid z)`, ``n`` items in ``k`` blocks.
 
     .. math::
         p(U_n = u \mid z) \propto u^{n-1} (u+τ)^{kσ-n} e^{-ψ(u)}
@@ -436,7 +436,7 @@ def log_upper_gamma_neg(sigma, y):
     return jnp.where(y >= 1.0, large, small)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tanh_sinh(level=7):
     """Tanh–sinh (double-exponential) rule on [0, 1]: nodes and weights.
 
@@ -453,7 +453,7 @@ def _tanh_sinh(level=7):
 
 @jax.jit
 def log_beta_levy_tail(x, discount, b):
-    r"""``log ∫_x^1 θ^{-1-d} (1-θ)^{b-1} dθ`` for ``0 < x < 1``, ``d = discount ∈ [0, 1)``, ``b > 0``.
+    r"""``log ∫_x^1 θ^{-1-d} (1-θ)^{b-1} dθ``, ``0 < x < 1``, ``d = discount ∈ [0, 1)``, ``b > 0``.
 
     The (unnormalized) tail of the three-parameter beta-process Lévy density (spec
     ``powerprior_slice.md`` D2, ``b = λ + d``): an incomplete beta function with a negative first

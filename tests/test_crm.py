@@ -30,7 +30,11 @@ def quad_levy(process, f, lo, hi):
     log_hi = min(log_hi, np.log(hi))
     value, _ = integrate.quad(
         lambda s: f(np.exp(s)) * levy(process, np.exp(s)) * np.exp(s),
-        np.log(lo), log_hi, epsabs=0, epsrel=1e-12, limit=800,
+        np.log(lo),
+        log_hi,
+        epsabs=0,
+        epsrel=1e-12,
+        limit=800,
     )
     return value
 
@@ -40,8 +44,9 @@ def poisson_chi_square_pvalue(counts, mean):
     dist = stats.poisson(mean)
     lo, hi = int(dist.ppf(1e-3)), int(dist.isf(1e-3))
     edges = np.arange(lo, hi + 1)
-    observed = np.array([(counts <= lo).sum()] + [(counts == k).sum() for k in edges[1:-1]]
-                        + [(counts >= hi).sum()])
+    observed = np.array(
+        [(counts <= lo).sum()] + [(counts == k).sum() for k in edges[1:-1]] + [(counts >= hi).sum()]
+    )
     expected = np.array([dist.cdf(lo)] + [dist.pmf(k) for k in edges[1:-1]] + [dist.sf(hi - 1)])
     return stats.chisquare(observed, expected * len(counts) / expected.sum()).pvalue
 
@@ -64,14 +69,23 @@ def test_beta_levy_tail_against_scipy():
             for x in [1e-10, 1e-3, 0.3, 0.7, 0.999]:
                 p = max(x, 0.5)
                 upper, _ = integrate.quad(
-                    lambda t, d=d: t ** (-1 - d), p, 1, weight="alg", wvar=(0, b - 1),
-                    epsabs=0, epsrel=1e-13,
+                    lambda t, d=d: t ** (-1 - d),
+                    p,
+                    1,
+                    weight="alg",
+                    wvar=(0, b - 1),
+                    epsabs=0,
+                    epsrel=1e-13,
                 )
                 lower = 0.0
                 if x < 0.5:
                     lower, _ = integrate.quad(
                         lambda s, d=d, b=b: np.exp(-d * s) * (1 - np.exp(s)) ** (b - 1),
-                        np.log(x), np.log(0.5), epsabs=0, epsrel=1e-13, limit=400,
+                        np.log(x),
+                        np.log(0.5),
+                        epsabs=0,
+                        epsrel=1e-13,
+                        limit=400,
                     )
                 np.testing.assert_allclose(
                     log_beta_levy_tail(x, d, b), np.log(upper + lower), rtol=0, atol=1e-10
@@ -149,7 +163,11 @@ def test_largest_atoms_distribution(name):
     one = FACTORIES[name](1)
     total, _ = integrate.quad(
         lambda s: float(jnp.exp(one.log_prob(jnp.array([np.exp(s)])))) * np.exp(s),
-        -30, np.log(min(float(one.upper), 1e3)), epsabs=0, epsrel=1e-10, limit=400,
+        -30,
+        np.log(min(float(one.upper), 1e3)),
+        epsabs=0,
+        epsrel=1e-10,
+        limit=400,
     )
     np.testing.assert_allclose(total, 1.0, atol=1e-8)
     assert d.log_prob(jnp.array([0.1, 0.2, 0.05])) == -jnp.inf
@@ -274,11 +292,16 @@ def test_no_nan_over_extreme_parameters():
         (lambda: BetaPrimeProcess(1.0, 0.0), "concentration"),
         (lambda: BetaProcess(1.0, truncation=0), "truncation"),
         (lambda: BetaProcess(1.0).series(random.PRNGKey(0), 10, "stick"), "representation"),
-        (lambda: BetaProcess(1.0, 2.0, 0.3).series(random.PRNGKey(0), 10, "bondesson"), "bondesson"),
+        (
+            lambda: BetaProcess(1.0, 2.0, 0.3).series(random.PRNGKey(0), 10, "bondesson"),
+            "bondesson",
+        ),
         (lambda: BetaProcess(1.0, 0.5).series(random.PRNGKey(0), 10, "rejection"), "rejection"),
         (lambda: BetaPrimeProcess(1.0).series(random.PRNGKey(0), 10, "rejection"), "rejection"),
-        (lambda: GeneralizedGammaProcess(1.0, 0.5).series(random.PRNGKey(0), 10, "bondesson"),
-         "bondesson"),
+        (
+            lambda: GeneralizedGammaProcess(1.0, 0.5).series(random.PRNGKey(0), 10, "bondesson"),
+            "bondesson",
+        ),
         (lambda: GammaProcess(1.0).truncation_error_bound(10, 5), "likelihood"),
         (lambda: BetaProcess(1.0).truncation_error_bound(10, 5, likelihood="normal"), "likelihood"),
         (lambda: BetaProcess(1.0).truncation_error_bound(10, 0), "num_obs"),

@@ -52,8 +52,11 @@ def sizes_of(z):
 def crp_log_eppf(z, a):
     sizes = sizes_of(z)
     n = len(z)
-    return len(sizes) * np.log(a) + special.gammaln(a) - special.gammaln(a + n) + sum(
-        special.gammaln(s) for s in sizes
+    return (
+        len(sizes) * np.log(a)
+        + special.gammaln(a)
+        - special.gammaln(a + n)
+        + sum(special.gammaln(s) for s in sizes)
     )
 
 
@@ -125,7 +128,9 @@ def test_quadrature_agrees_with_scipy_and_limits():
         return k * np.log(a) - special.gammaln(n) + np.log(value)
 
     for n, k, a, s, t in [(6, 3, 1.0, 0.5, 1.0), (50, 7, 2.0, 0.3, 0.5), (200, 30, 5.0, 0.9, 3.0)]:
-        np.testing.assert_allclose(nggp_log_v(n, k, a, s, t)[0], reference(n, k, a, s, t), atol=1e-9)
+        np.testing.assert_allclose(
+            nggp_log_v(n, k, a, s, t)[0], reference(n, k, a, s, t), atol=1e-9
+        )
     # σ → 0 tends to the DP closed form, τ → 0 to the stable one (continuity of the quadrature)
     ks = np.arange(1, 11)
     near_dp = nggp_log_v(10, ks, 0.7, 1e-9, 1.3)[0]
@@ -156,20 +161,28 @@ def test_spec_facts_v_values_recursion_and_scale_invariance():
         v_next = np.exp(nggp_log_v(n + 1, np.minimum(k, n + 1), a, s, t)[0])
         v_next_k1 = np.exp(nggp_log_v(n + 1, np.minimum(k + 1, n + 1), a, s, t)[0])
         mask = k <= n
-        np.testing.assert_allclose(
-            v[mask], ((n - k * s) * v_next + v_next_k1)[mask], rtol=1e-11
-        )
+        np.testing.assert_allclose(v[mask], ((n - k * s) * v_next + v_next_k1)[mask], rtol=1e-11)
     # fact 8: EPPF(a, σ, τ) = EPPF(a c^σ, σ, τ/c); log V_{5,3} = -3.6514073107787
     np.testing.assert_allclose(nggp_log_v(5, 3, 1.0, 0.5, 1.0)[0], -3.6514073107787, atol=1e-12)
-    np.testing.assert_allclose(nggp_log_v(5, 3, 3**0.5, 0.5, 1 / 3)[0], -3.6514073107787, atol=1e-12)
+    np.testing.assert_allclose(
+        nggp_log_v(5, 3, 3**0.5, 0.5, 1 / 3)[0], -3.6514073107787, atol=1e-12
+    )
 
 
 def test_expected_num_clusters_spec_facts():
     # fact 3 (NGGP), fact 1 (DP), fact 2 (stable)
     np.testing.assert_allclose(
         NGGP(1.0, 0.5, 1.0, num_points=8).expected_num_clusters(),
-        [1.0, 1.7773427662, 2.4296855324, 3.0011366585, 3.5152691483, 3.9862234166,
-         4.4232066090, 4.8325870781],
+        [
+            1.0,
+            1.7773427662,
+            2.4296855324,
+            3.0011366585,
+            3.5152691483,
+            3.9862234166,
+            4.4232066090,
+            4.8325870781,
+        ],
         atol=1e-9,
     )
     dp = NGGP(0.7, 0.0, 1.0, num_points=40).expected_num_clusters()
@@ -200,6 +213,7 @@ def test_predictive_and_posterior_of_u_spec_fact_9():
     )
     np.testing.assert_allclose(total, 1.0, atol=1e-9)
     np.testing.assert_allclose(mean_new, 0.382972894109618, atol=1e-9)
+
     # plug-in Û = mode of log U (spec §3.4): p(new) = 0.36353013 (fact 9)
     def h1(s):  # h'(s) for m = 6, K = 3, (a, σ, τ) = (1, 0.5, 1)
         w = np.exp(s) / (np.exp(s) + 1.0)
@@ -221,8 +235,12 @@ def test_predictive_with_u_is_the_urn_of_eq_5():
 
 
 # ------------------------------------------------------------------------------------ sampling
-SAMPLING = NGGP(jnp.array([1.0, 2.0, 1.5]), jnp.array([0.5, 0.0, 0.25]), jnp.array([1.0, 1.0, 0.0]),
-                num_points=8)
+SAMPLING = NGGP(
+    jnp.array([1.0, 2.0, 1.5]),
+    jnp.array([0.5, 0.0, 0.25]),
+    jnp.array([1.0, 1.0, 0.0]),
+    num_points=8,
+)
 
 
 @pytest.fixture(scope="module")
@@ -256,8 +274,11 @@ def test_sampled_cluster_sizes_match_exact(draws):
 def test_partition_frequencies_chi_square(draws):
     labels, _ = draws
     z = partitions(5)  # 52 cells, the prefixes of length 5
-    prob = np.exp(np.asarray(NGGP(SAMPLING.mass, SAMPLING.sigma, SAMPLING.tau, num_points=5)
-                             .log_prob(z[:, None, :])))
+    prob = np.exp(
+        np.asarray(
+            NGGP(SAMPLING.mass, SAMPLING.sigma, SAMPLING.tau, num_points=5).log_prob(z[:, None, :])
+        )
+    )
     codes = {tuple(row): i for i, row in enumerate(z)}
     for g in range(3):
         observed = np.bincount([codes[tuple(r)] for r in labels[:, g, :5]], minlength=len(z))
@@ -276,7 +297,7 @@ def test_u_given_partition_is_exact(draws):
         dens = np.exp(np.asarray(d.log_posterior_u(np.exp(grid), z))) * np.exp(grid)
         cdf = integrate.cumulative_trapezoid(dens, grid, initial=0)
         np.testing.assert_allclose(cdf[-1], 1.0, atol=1e-6)
-        result = stats.kstest(log_u[chosen, g], lambda x, c=cdf: np.interp(x, grid, c))
+        result = stats.kstest(log_u[chosen, g], lambda x, c=cdf, t=grid: np.interp(x, t, c))
         assert result.pvalue > 1e-4, (g, result)
 
 
@@ -304,7 +325,10 @@ def test_weights_and_left_out_mass():
     for g, (a, s, t) in enumerate([(2.0, 0.5, 1.0), (1.0, 0.0, 2.0)]):
         below, _ = integrate.quad(
             lambda x, a=a, s=s, t=t: a / special.gamma(1 - s) * x ** (-s) * np.exp(-t * x),
-            0, float(jumps[g, -1]), epsabs=0, epsrel=1e-12,
+            0,
+            float(jumps[g, -1]),
+            epsabs=0,
+            epsrel=1e-12,
         )
         np.testing.assert_allclose(rest[g], below / (float(jumps[g].sum()) + below), rtol=1e-9)
     assert rest[1] < 1e-30  # DP: the gamma jumps decay geometrically
@@ -312,14 +336,23 @@ def test_weights_and_left_out_mass():
 
 # ------------------------------------------------------------------------------------ safety
 def test_no_nan_over_extreme_parameters_and_large_n():
-    a, s, t = (np.array(v) for v in zip(*itertools.product([1e-3, 1.0, 1e3], [0.0, 1e-8, 0.5, 0.99],
-                                                            [1e-10, 1.0, 1e6]), strict=True))
+    a, s, t = (
+        np.array(v)
+        for v in zip(
+            *itertools.product([1e-3, 1.0, 1e3], [0.0, 1e-8, 0.5, 0.99], [1e-10, 1.0, 1e6]),
+            strict=True,
+        )
+    )
     for n in [10, 1000, 100_000]:
         ks = np.array([1, 2, max(n // 2, 1), n])[:, None]
         log_v, err = nggp_log_v(n, ks, a, s, t)
         assert np.all(np.isfinite(log_v)) and np.all(np.asarray(err) < 1e-6), n
-    big = NGGP(jnp.array([1e-3, 2.0, 1e3]), jnp.array([0.99, 0.3, 1e-8]), jnp.array([1e6, 1.0, 1e-10]),
-               num_points=100_000)
+    big = NGGP(
+        jnp.array([1e-3, 2.0, 1e3]),
+        jnp.array([0.99, 0.3, 1e-8]),
+        jnp.array([1e6, 1.0, 1e-10]),
+        num_points=100_000,
+    )
     z, (log_u,) = big.sample_with_intermediates(random.PRNGKey(0))
     assert np.all(np.asarray(big.support(z)))
     assert np.all(np.isfinite(big.log_prob(z))) and np.all(np.isfinite(log_u))

@@ -338,4 +338,3 @@ class RecursiveIBP(Distribution):
         """
         truncation = self.max_features if truncation is None else truncation
         return BetaProcess(self.alpha, self.beta, truncation=truncation)
-

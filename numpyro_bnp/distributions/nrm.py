@@ -298,7 +298,7 @@ class NGGP(Distribution):
         m = labels.shape[-1]
         dtype = self.mass.dtype
         sizes = jnp.concatenate(
-            [cluster_sizes(labels), jnp.zeros(labels.shape[:-1] + (1,), jnp.int32)], -1
+            [cluster_sizes(labels), jnp.zeros((*labels.shape[:-1], 1), jnp.int32)], -1
         ).astype(dtype)
         k = num_clusters(labels).astype(dtype)
         sigma = self.sigma[..., None]
@@ -338,7 +338,7 @@ class NGGP(Distribution):
         return self._sample(key, sample_shape)[0]
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        """Like :meth:`sample`, plus ``[log U_n]``: an exact draw of ``log U_n | z`` per partition."""
+        """Like :meth:`sample`, plus ``[log U_n]``: an exact draw of ``log U_n | z`` per draw."""
         labels, log_u = self._sample(key, sample_shape)
         return labels, [log_u]
 
@@ -348,10 +348,10 @@ class NGGP(Distribution):
         size = int(np.prod(shape))
         params = [p.reshape(size) for p in (self.mass, self.sigma, self.tau)]
         means, log_pk = _path_batch(*params, self.num_points)
-        return means.reshape(shape + (-1,)), log_pk.reshape(shape + (-1,))
+        return means.reshape((*shape, -1)), log_pk.reshape((*shape, -1))
 
     def expected_num_clusters(self):
-        r"""Exact :math:`E[K_n] = \sum_k k\, V_{n,k} S_σ(n,k)` for ``n = 1..N``; ``batch_shape + (N,)``.
+        r"""Exact :math:`E[K_n] = \sum_k k\, V_{n,k} S_σ(n,k)` for n = 1..N; ``batch_shape + (N,)``.
 
         ``S_σ(n,k)`` are the generalized factorial coefficients, by the positive recursion
         ``S_σ(n+1,k) = (n - kσ) S_σ(n,k) + S_σ(n,k-1)`` in log space (spec §2.2). Cost
