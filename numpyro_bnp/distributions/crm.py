@@ -427,8 +427,8 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
         >>> from numpyro_bnp.distributions import GeneralizedGammaProcess
         >>> ggp = GeneralizedGammaProcess(2.0, 0.5, 1.0, truncation=50)
         >>> atoms = ggp.series(random.PRNGKey(0), 50, "rejection")   # (50,), zeros = rejected
-        >>> float(ggp.tail_mass(0.1))                                 # E #atoms >= 0.1
-        5.3...
+        >>> float(ggp.tail_mass(0.1))  # expected number of atoms >= 0.1
+        3.83...
     """
 
     arg_constraints = {
