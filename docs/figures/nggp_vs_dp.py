@@ -12,10 +12,10 @@ import jax
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from jax import random  # noqa: E402
-from scipy import optimize  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from jax import random
+from scipy import optimize
 
 jax.config.update("jax_enable_x64", True)
 
