@@ -153,8 +153,8 @@ def test_series_agree_across_representations_and_with_levy_measure(name):
 @pytest.mark.parametrize("name", ["beta3", "ggp", "beta_prime"])
 def test_largest_atoms_distribution(name):
     d = FACTORIES[name](3)
-    atoms = d.sample(random.PRNGKey(5), (3000,))
-    assert atoms.shape == (3000, 3) and np.all(np.asarray(d.support(atoms)))
+    atoms = d.sample(random.PRNGKey(5), (1500,))
+    assert atoms.shape == (1500, 3) and np.all(np.asarray(d.support(atoms)))
     # N(J_k) = Γ_k ~ Gamma(k, 1)
     for k in range(3):
         gammas = np.asarray(d.tail_mass(atoms[:, k]))
@@ -213,16 +213,16 @@ def test_truncation_bound_beta_process_closed_case():
 def test_truncation_bounds_hold_empirically(name, likelihood, truncation):
     process, representations = PROCESSES[name]
     num_obs = 20
-    keys = random.split(random.PRNGKey(2), 1000)
+    keys = random.split(random.PRNGKey(2), 500)
     for rep in representations:
         bound = float(process.truncation_error_bound(truncation, num_obs, rep, likelihood))
         if rep == "inverse_levy":
-            atoms = np.asarray(FACTORIES[name](200).sample(random.PRNGKey(2), (400,)))
+            atoms = np.asarray(FACTORIES[name](200).sample(random.PRNGKey(2), (300,)))
             # atoms below J_200 carry expected mass ∫_0^{J_200} θ ν(dθ); counting it as used
             # makes the estimate of P(use) larger, never smaller
             rest = num_obs * np.asarray(process.expected_mass_below(atoms[:, -1]))
         else:
-            atoms = np.asarray(jax.vmap(lambda k, r=rep: process.series(k, 2000, r))(keys))
+            atoms = np.asarray(jax.vmap(lambda k, r=rep: process.series(k, 1000, r))(keys))
             rest = 0.0
         tail = atoms[:, truncation:]
         if likelihood == "bernoulli":

@@ -86,7 +86,7 @@ def _urn(key, mass, sigma, tau, num):
     two = jnp.arange(2, dtype=dtype)
 
     def item(carry, inputs):
-        labels, joined, k, modes = carry
+        joined, k, modes = carry
         i, key_i = inputs
         kf = k.astype(dtype)
         # V_{i+1,K} and V_{i+1,K+1}, warm-started from the modes of the previous item
@@ -108,18 +108,18 @@ def _urn(key, mass, sigma, tau, num):
         is_new = u_new < p_new
         label = jnp.where(is_new, k, old)
         slot = jnp.minimum(num_joined, num - 1)
-        joined = joined.at[slot].set(jnp.where(is_new, joined[slot], label))
-        labels = labels.at[i.astype(jnp.int32)].set(label)
+        # slot = first free position: a new block writes there harmlessly (never read)
+        joined = joined.at[slot].set(label)
         shifted = jnp.stack([new_modes[1], 2.0 * new_modes[1] - new_modes[0]])
         modes = jnp.where(is_new, shifted, new_modes)
-        return (labels, joined, k + is_new.astype(jnp.int32), modes), None
+        return (joined, k + is_new.astype(jnp.int32), modes), label
 
     key_urn, key_u = random.split(key)
     # cold start: the modes for (n, k) = (1, 0) and (1, 1) on the full bracket
     modes = _nggp_log_v_mode(1.0, two, mass, sigma, tau, num_nodes=32)[2]
-    init = (jnp.zeros(num, jnp.int32), jnp.zeros(num, jnp.int32), jnp.int32(0), modes)
+    init = (jnp.zeros(num, jnp.int32), jnp.int32(0), modes)
     steps = (jnp.arange(num, dtype=dtype), random.split(key_urn, num))
-    (labels, _, k, _), _ = lax.scan(item, init, steps)
+    (_, k, _), labels = lax.scan(item, init, steps)
     log_u = nggp_sample_log_u(key_u, num, k, mass, sigma, tau)
     return labels, log_u
 
