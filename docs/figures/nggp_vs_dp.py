@@ -1,6 +1,6 @@
 """Figure: cluster-size distribution of the DP and the NGGP at matched E[K_n].
 
-Draws partitions of n = 500 items from NGGP(a=1, σ=0.5, τ=1) and from the Dirichlet process
+Draws partitions of n = 300 items from NGGP(a=1, σ=0.5, τ=1) and from the Dirichlet process
 whose concentration gives the same exact E[K_n]; plots the mean number of clusters of each size.
 Writes ``docs/figures/nggp_vs_dp.png``. Run from the project root:
 ``python docs/figures/nggp_vs_dp.py``.
@@ -21,7 +21,7 @@ jax.config.update("jax_enable_x64", True)
 
 from numpyro_bnp.distributions import NGGP, cluster_sizes  # noqa: E402
 
-N, DRAWS = 500, 2000
+N, DRAWS = 300, 1000
 
 
 def main():
