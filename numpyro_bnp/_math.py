@@ -492,3 +492,12 @@ def log_beta_levy_tail(x, discount, b):
     s_min = jnp.maximum(log_x, s_c - 60.0 / (1.0 - d))
     lower = _gl_panel(direct, s_c, log_half, 32) + closed + _gl_panel(correction, s_min, s_c, 64)
     return jnp.log(upper + jnp.where(x < 0.5, lower, 0.0))
+
+
+__all__ += [  # appended here so that the list at the top stays as it is
+    "ggp_laplace_exponent",
+    "log_beta_levy_tail",
+    "log_upper_gamma_neg",
+    "nggp_log_v",
+    "nggp_sample_log_u",
+]
