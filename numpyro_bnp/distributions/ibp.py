@@ -20,6 +20,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
+from numpyro_bnp.distributions.crm import BetaProcess
 
 __all__ = ["RecursiveIBP", "buffet_matrix", "ibp_capacity", "num_active_features"]
 
@@ -336,3 +337,14 @@ class RecursiveIBP(Distribution):
         num_cols = running_sum.shape[-1]
         created_now = poisson_interval_probs(rate_existing, rate_existing + rate_new, num_cols)
         return jnp.clip(running_sum / denom[..., None] + created_now, 0.0, 1.0)
+
+    def as_beta_process(self, truncation=None):
+        r"""The de Finetti measure of IBP(α, β): ``BetaProcess(mass=α, concentration=β)``.
+
+        The two-parameter IBP is a Bernoulli process driven by a beta process with Lévy density
+        :math:`αβ θ^{-1} (1-θ)^{β-1}` (Thibaux & Jordan 2007); a slice sampler or any series
+        representation can then run on a model written with ``RecursiveIBP``. ``truncation``
+        (default ``max_features``) is the number of atoms of the returned distribution.
+        """
+        truncation = self.max_features if truncation is None else truncation
+        return BetaProcess(self.alpha, self.beta, truncation=truncation)
