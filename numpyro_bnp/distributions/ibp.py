@@ -167,7 +167,7 @@ class RecursiveIBP(Distribution):
             denom = beta + n - 1.0
             # existing dish k is taken w.p. m_k / (β + n - 1); unused columns have m_k = 0
             take_old = random.uniform(key_old, (num_cols,), dtype) * denom < counts
-            num_new = random.poisson(key_new, alpha * beta / denom)
+            num_new = random.poisson(key_new, alpha * beta / denom, dtype=jnp.int32)
             total = num_dishes + num_new
             row = take_old | ((cols >= num_dishes) & (cols < total))
             carry = (counts + row, jnp.minimum(total, num_cols), overflow | (total > num_cols))
