@@ -14,6 +14,7 @@ follows the rows of ``Z``: the streaming engines evaluate the likelihood one row
 substituting a single row.
 """
 
+import jax
 import numpyro
 import numpyro.distributions as dist
 
@@ -24,7 +25,8 @@ __all__ = ["factor_analysis", "linear_gaussian"]
 
 def _capacity(alpha, beta, num_obs, max_features):
     if max_features is None:
-        return ibp_capacity(alpha, beta, num_rows=num_obs)
+        with jax.ensure_compile_time_eval():  # the model may be traced under jit
+            return ibp_capacity(alpha, beta, num_rows=num_obs)
     return max_features
 
 

@@ -73,7 +73,7 @@ def _oracle_log_predictive(z_train, a, test, sigma_o, beta=1.0):
 
 @pytest.mark.parametrize("alpha, dim", [(1.5, 2), (2.0, 10), (3.0, 20)])
 def test_linear_gaussian_recovery(alpha, dim):
-    sigma_a, sigma_o, num_train, num_test = 1.0, 0.1, 600, 200
+    sigma_a, sigma_o, num_train, num_test = 1.0, 0.1, 400, 150
     rng = np.random.default_rng(int(10 * alpha) + dim)
     z = _ibp_draw(alpha, num_train + num_test, seed=dim)
     a = sigma_a * rng.normal(size=(z.shape[1], dim))
@@ -90,12 +90,12 @@ def test_linear_gaussian_recovery(alpha, dim):
     assert true_count / 3 <= count[-1] <= 3 * true_count
     assert count[-1] > count[num_train // 20]
 
-    lp = np.asarray(res.log_predictive(test, num_samples=2000))
+    lp = np.asarray(res.log_predictive(test, num_samples=1000))
     with pytest.warns(RuntimeWarning, match="truncated"):
         wrong = RIBPFilter(linear_gaussian, max_features=1).run(
             random.PRNGKey(0), train, progress_bar=False, **kwargs
         )
-    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=2000))
+    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=1000))
     gap, se = _paired_gap(lp, lp_wrong)
     assert gap > 5 * se  # beats a finite model with the wrong K
     oracle = _oracle_log_predictive(z[:num_train], a, test, sigma_o)
@@ -104,8 +104,8 @@ def test_linear_gaussian_recovery(alpha, dim):
 
 
 def test_factor_analysis_recovery():
-    alpha, dim, sigma_a, sigma_o, sigma_w = 2.0, 10, 1.0, 0.1, 1.0
-    num_train, num_test = 600, 200
+    alpha, dim, sigma_a, sigma_o, sigma_w = 3.0, 10, 1.0, 0.1, 1.0
+    num_train, num_test = 400, 600
     rng = np.random.default_rng(7)
     z = _ibp_draw(alpha, num_train + num_test, seed=3)
     a = sigma_a * rng.normal(size=(z.shape[1], dim))
@@ -115,19 +115,19 @@ def test_factor_analysis_recovery():
     kwargs = dict(num_obs=1, dim=dim, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
     kwargs["sigma_w"] = sigma_w
 
-    res = RIBPFilter(factor_analysis, max_features=32).run(
+    res = RIBPFilter(factor_analysis, max_features=16).run(
         random.PRNGKey(0), train, progress_bar=False, **kwargs
     )
     assert res.engine.kind == "factor_analysis"
     true_count = (z[:num_train].sum(0) > 0).sum()
     assert true_count / 3 <= res.traces["num_features"][-1] <= 3 * true_count
 
-    lp = np.asarray(res.log_predictive(test, num_samples=2000))
+    lp = np.asarray(res.log_predictive(test, num_samples=500))
     with pytest.warns(RuntimeWarning, match="truncated"):
         wrong = RIBPFilter(factor_analysis, max_features=1).run(
             random.PRNGKey(0), train, progress_bar=False, **kwargs
         )
-    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=2000))
+    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=500))
     gap, se = _paired_gap(lp, lp_wrong)
     assert gap > 5 * se
 

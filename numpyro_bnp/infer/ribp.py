@@ -65,7 +65,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.linalg import cho_solve
 from jax.scipy.special import logsumexp, xlogy
 
 from numpyro_bnp._math import poisson_cdf_diff
@@ -348,39 +347,44 @@ class RIBPFilter:
         return lax.cond(jnp.any(hole), compact, lambda s: s, state)
 
     def _fit_closed_form(self, state, obs, q, prior_logit, *, update_features):
-        """Coordinate ascent for the Gaussian likelihoods (paper App. B.2-B.3)."""
-        mu0, var0, S = state.mean, state.var, state.running_sum
-        fa = self.kind == "factor_analysis"
+        """Coordinate ascent for the Gaussian likelihoods (paper App. B.2-B.3).
+
+        Returns ``b``, the features' means and variances, and for factor analysis the weights'
+        means ``ϕ`` and variances ``Φ`` given ``z = 1`` (``None`` otherwise).
+        """
+        mu0, var0 = state.mean, state.var
         capacity = mu0.shape[0]
-        b, mean, var = q, mu0, var0
-        if fa:
-            # weights start one prior standard deviation above their mean (breaks the sign
-            # symmetry between w and A; the authors' code draws them at random)
+        if self.kind == "factor_analysis":
+            # weights start one prior standard deviation above their mean: this breaks the sign
+            # symmetry between w and A for a new feature (the authors' code draws them at random)
             w_var = jnp.full(capacity, self.spec.weight_var, self.dtype)
             phi = self.spec.weight_loc + jnp.sqrt(w_var)
         else:
-            w_var = jnp.zeros(capacity, self.dtype)
-            phi = jnp.ones(capacity, self.dtype)
+            w_var, phi = jnp.zeros(capacity, self.dtype), jnp.ones(capacity, self.dtype)
+        carry = (q, mu0, var0, phi, w_var)
         for step in range(self.num_steps_):
-            ew2 = phi**2 + w_var
-            b, mean, var = self._sweep(
-                obs, b, mean, mu0, var0, S, prior_logit, phi, ew2, step % 2 == 1, update_features
-            )
-            if fa:
-                phi, w_var, chol = self._weights(obs, b, mean, var)
-        local = (phi, w_var, chol) if fa else None
+            carry = self._sweep(state, obs, prior_logit, carry, step % 2 == 1, update_features)
+        b, mean, var, phi, w_var = carry
+        local = (phi, w_var) if self.kind == "factor_analysis" else None
         return b, mean, var, local
 
-    def _sweep(self, obs, b, mean, mu0, var0, S, prior_logit, phi, ew2, reverse, update):
-        """One sweep over the slots: feature l (Eqs. 10-11, ossified), then b_l; O(K D)."""
+    def _sweep(self, state, obs, prior_logit, carry, reverse, update):
+        """One sweep over the slots, carrying only the D-vector residual; O(K D).
+
+        For slot ``l``: feature (Eqs. 10-11 against the frozen prior, then ossified), then (factor
+        analysis) its weight given ``z_l = 1``, then ``b_l``.
+        """
         lam = self._noise_prec
+        fa = self.kind == "factor_analysis"
+        b, mean, _, phi, w_var = carry
         resid = obs - (b * phi) @ mean
 
         def slot(resid, x):
-            b_l, mu_l, mu0_l, var0_l, s_l, logit_l, phi_l, ew2_l = x
+            b_l, mu_l, mu0_l, var0_l, s_l, logit_l, phi_l, w_var_l = x
             r = resid + (b_l * phi_l) * mu_l  # o - Σ_{k≠l} b_k E[w_k] μ_k
             if update:
-                var_s = 1.0 / (1.0 / var0_l + (b_l * ew2_l) * lam)  # Eq. 10
+                ew2 = phi_l * phi_l + w_var_l
+                var_s = 1.0 / (1.0 / var0_l + (b_l * ew2) * lam)  # Eq. 10
                 mu_s = var_s * (mu0_l / var0_l + (b_l * phi_l) * lam * r)  # Eq. 11
                 if self.ossify:
                     total = b_l + s_l
@@ -390,32 +394,23 @@ class RIBPFilter:
                     var_s = jnp.where(keep, (b_l * var_s + s_l * var0_l) / total, var0_l)
             else:
                 mu_s, var_s = mu0_l, var0_l
-            logit = (
-                logit_l
-                + phi_l * jnp.sum(lam * mu_s * r)
-                - 0.5 * ew2_l * jnp.sum(lam * (mu_s * mu_s + var_s))
-            )
+            second = jnp.sum(lam * (mu_s * mu_s + var_s))  # E[A_l Λ A_lᵀ]
+            data = jnp.sum(lam * mu_s * r)
+            logit = logit_l
+            if fa:
+                # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
+                m0, v0 = self.spec.weight_loc, self.spec.weight_var
+                w_var_l = 1.0 / (1.0 / v0 + second)
+                phi_l = w_var_l * (m0 / v0 + data)
+                kl_w = 0.5 * ((w_var_l + (phi_l - m0) ** 2) / v0 - 1.0 - jnp.log(w_var_l / v0))
+                logit = logit - kl_w
+            logit = logit + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
             b_new = jax.nn.sigmoid(logit)
-            return r - (b_new * phi_l) * mu_s, (b_new, mu_s, var_s)
+            out = (b_new, mu_s, var_s, phi_l, w_var_l)
+            return r - (b_new * phi_l) * mu_s, out
 
-        xs = (b, mean, mu0, var0, S, prior_logit, phi, ew2)
-        _, (b, mean, var) = lax.scan(slot, resid, xs, reverse=reverse)
-        return b, mean, var
-
-    def _weights(self, obs, b, mean, var):
-        """Factor-analysis weight posterior N(ϕ, Φ) (paper Eq. 12); returns ϕ, diag Φ, chol Φ⁻¹."""
-        lam = self._noise_prec
-        w_var0 = self.spec.weight_var
-        gram = (mean * lam) @ mean.T  # M_ij = μ_iᵀ Λ μ_j
-        diag = jnp.diagonal(gram) + var @ lam  # M_ii = μ_iᵀ Λ μ_i + tr(Λ Σ_i)
-        prec = jnp.outer(b, b) * gram
-        prec = prec.at[jnp.diag_indices_from(prec)].set(b * diag + 1.0 / w_var0)
-        chol = jnp.linalg.cholesky(prec)
-        rhs = self.spec.weight_loc / w_var0 + b * (mean @ (lam * obs))
-        phi = cho_solve((chol, True), rhs)
-        eye = jnp.eye(b.shape[0], dtype=b.dtype)
-        w_var = jnp.diagonal(cho_solve((chol, True), eye))
-        return phi, w_var, chol
+        xs = (b, mean, state.mean, state.var, state.running_sum, prior_logit, phi, w_var)
+        return lax.scan(slot, resid, xs, reverse=reverse)[1]
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
         """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
@@ -466,29 +461,24 @@ class RIBPFilter:
 
     def _elbo(self, state, obs, q, b, local):
         """ELBO of ``o_n`` under the prior features ``q(A | o_<n)`` and the fitted ``b`` (, w)."""
-        dt = self.dtype
         mu0, var0 = state.mean, state.var
-        kl_z = jnp.sum(xlogy(b, b) - xlogy(b, q) + xlogy(1 - b, 1 - b) - xlogy(1 - b, 1 - q))
+        kl = jnp.sum(xlogy(b, b) - xlogy(b, q) + xlogy(1 - b, 1 - b) - xlogy(1 - b, 1 - q))
         if self.kind == "generic":
-            return self.spec.row_log_likelihood(b, mu0, obs) - kl_z
+            return self.spec.row_log_likelihood(b, mu0, obs) - kl
         lam = self._noise_prec
         if local is None:
-            phi, ew2, kl_w = jnp.ones_like(b), jnp.ones_like(b), jnp.zeros((), dt)
+            phi, ew2 = jnp.ones_like(b), jnp.ones_like(b)
         else:
-            phi, w_var, chol = local
+            phi, w_var = local
             ew2 = phi**2 + w_var
-            v0, m0 = self.spec.weight_var, self.spec.weight_loc
-            logdet_prec = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
-            kl_w = (
-                0.5
-                * (jnp.sum(w_var + (phi - m0) ** 2) / v0 - b.shape[0] + b.shape[0] * jnp.log(v0))
-                + 0.5 * logdet_prec
-            )
+            m0, v0 = self.spec.weight_loc, self.spec.weight_var
+            kl_w = 0.5 * ((w_var + (phi - m0) ** 2) / v0 - 1.0 - jnp.log(w_var / v0))
+            kl = kl + jnp.sum(b * kl_w)  # q(w_k | z_k = 0) is the prior
         mean = (b * phi) @ mu0
         spread = (b * ew2) @ (mu0**2 + var0) - (b * phi) ** 2 @ mu0**2
         quad = jnp.sum(lam * ((obs - mean) ** 2 + spread))
         ll = -0.5 * quad + 0.5 * jnp.sum(jnp.log(lam / (2 * jnp.pi)))
-        return ll - kl_z - kl_w
+        return ll - kl
 
     # ------------------------------------------------------------------ running a stream
     def run(
