@@ -22,8 +22,9 @@ from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 
 def _ibp_draw(alpha, num_rows, seed):
-    z = np.asarray(RecursiveIBP(alpha, 1.0, num_rows=num_rows, max_features=96).sample(
-        random.PRNGKey(seed)))
+    z = np.asarray(
+        RecursiveIBP(alpha, 1.0, num_rows=num_rows, max_features=96).sample(random.PRNGKey(seed))
+    )
     assert z[:, -1].sum() == 0  # capacity not reached
     return z.astype(float)
 
@@ -187,8 +188,15 @@ def test_log_predictive_importance_sampler_is_unbiased_against_enumeration(small
     capacity, sigma_o = 6, 0.3
     filt = RIBPFilter(linear_gaussian, max_features=capacity)
     res = filt.run(
-        random.PRNGKey(0), small_lg_data[:30], progress_bar=False, chunk_size=40,
-        num_obs=1, dim=4, alpha=2.0, sigma_a=2.0, sigma_o=sigma_o,
+        random.PRNGKey(0),
+        small_lg_data[:30],
+        progress_bar=False,
+        chunk_size=40,
+        num_obs=1,
+        dim=4,
+        alpha=2.0,
+        sigma_a=2.0,
+        sigma_o=sigma_o,
     )
     test = small_lg_data[30:34]
     prior = np.clip(np.asarray(filt.prior(res.state)), np.finfo(float).eps, 1)
@@ -200,10 +208,12 @@ def test_log_predictive_importance_sampler_is_unbiased_against_enumeration(small
     ll = -0.5 * (np.log(2 * np.pi * total_var)[None] + diff**2 / total_var[None]).sum(-1)
     exact = logsumexp(ll + log_prior, axis=1)
 
-    reps = np.stack([
-        np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(r), num_samples=200))
-        for r in range(40)
-    ])
+    reps = np.stack(
+        [
+            np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(r), num_samples=200))
+            for r in range(40)
+        ]
+    )
     ratio = np.exp(reps - exact)  # (40, 4), mean 1 by unbiasedness
     se = ratio.std(0, ddof=1) / np.sqrt(len(ratio))
     assert np.all(np.abs(ratio.mean(0) - 1) < 5 * se + 1e-12)
@@ -218,7 +228,7 @@ def test_model_that_does_not_fit_gets_a_clear_error():
         a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
         numpyro.sample("obs", dist.Normal(a.sum(0), 1.0).expand([5, 3]).to_event(2), obs=obs)
 
-    with pytest.raises(ValueError, match="RecursiveIBP.*the model has: A: Normal"):
+    with pytest.raises(ValueError, match=r"RecursiveIBP.*the model has: A: Normal"):
         RIBPFilter(no_ibp).init(random.PRNGKey(0))
 
     def extra_latent(obs=None, *, num_obs=5, dim=3):

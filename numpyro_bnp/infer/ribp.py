@@ -126,7 +126,7 @@ class RIBPFilter:
     :param int num_steps: coordinate-ascent steps per observation (default 3; 5 for factor analysis,
         as in the paper's code).
     :param int max_features: fix the number of slots (the run warns if it is truncated); ``None``
-        starts from a capacity for ``chunk_size`` rows and grows it geometrically.
+        starts from a capacity for one row (at least 16) and doubles it when needed.
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
@@ -200,12 +200,13 @@ class RIBPFilter:
 
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs):
-        spec = read_feature_model(self.model, model_args, model_kwargs, engine="RIBPFilter")
-        kind = spec.likelihood if self.likelihood == "auto" else "generic"
-        # the compiled functions bake in the model's constants: reuse them only for the same model
-        key = (kind, self.model, repr(model_args), repr(sorted(model_kwargs.items())))
+        # the compiled functions bake in the model's constants: reuse them (and skip the trace)
+        # only for the same model arguments
+        key = (repr(model_args), repr(sorted(model_kwargs.items())))
         if key == self._spec_key:
             return
+        spec = read_feature_model(self.model, model_args, model_kwargs, engine="RIBPFilter")
+        kind = spec.likelihood if self.likelihood == "auto" else "generic"
         if kind == "generic" and spec.weight_site is not None:
             raise ValueError(
                 "RIBPFilter's generic path expected a model without a per-row weight site; found "
@@ -243,7 +244,8 @@ class RIBPFilter:
         if self.max_features is not None:
             capacity = self.max_features
         else:
-            capacity = max(16, ibp_capacity(self.spec.alpha, self.spec.beta, num_rows=256))
+            # enough for the first row; the stream grows it (x2) as features accumulate
+            capacity = max(16, ibp_capacity(self.spec.alpha, self.spec.beta, num_rows=1))
         return self._empty(capacity)
 
     def _empty(self, capacity):
