@@ -19,7 +19,7 @@ from jax.scipy.special import gammainc, gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._math import generalized_harmonic, poisson_cdf_diff
+from numpyro_bnp._math import generalized_harmonic, poisson_cdf_diff, poisson_interval_probs
 
 __all__ = ["RecursiveIBP", "buffet_matrix", "ibp_capacity", "num_active_features"]
 
@@ -323,6 +323,8 @@ class RecursiveIBP(Distribution):
         alpha, beta = self.alpha[..., None], self.beta[..., None]
         rate_existing = jnp.sum(-jnp.expm1(log_running_complement), axis=-1, keepdims=True)
         rate_new = alpha * beta / (beta + num_seen)
-        k = jnp.arange(1, running_sum.shape[-1] + 1, dtype=dtype)
-        created_now = poisson_cdf_diff(k, rate_existing, rate_existing + rate_new)
+        num = running_sum.shape[-1]  # one cumulative sum, no incomplete gamma per slot
+        created_now = poisson_interval_probs(
+            num, rate_existing[..., 0], (rate_existing + rate_new)[..., 0]
+        )
         return jnp.clip(running_sum / (beta + num_seen) + created_now, 0.0, 1.0)

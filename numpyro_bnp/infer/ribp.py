@@ -67,7 +67,7 @@ import numpy as np
 from jax import lax, random
 from jax.scipy.special import logsumexp, xlogy
 
-from numpyro_bnp._math import poisson_cdf_diff
+from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._model import read_feature_model
@@ -310,7 +310,7 @@ class RIBPFilter:
         new_rate = self._ibp.alpha * self._ibp.beta / denom
         capacity = mean.shape[0]
         # P(Pois(ρ_{n-1} + αβ/(β+n-1)) > K): prior mass of features the slots cannot hold
-        beyond = poisson_cdf_diff(capacity + 1, 0.0, rate + new_rate)
+        beyond = poisson_interval_probs(capacity + 1, jnp.zeros_like(rate), rate + new_rate)[-1]
         new = RIBPState(
             mean,
             var,
@@ -374,30 +374,38 @@ class RIBPFilter:
         """One sweep over the slots, carrying only the D-vector residual; O(K D).
 
         For slot ``l``: feature (Eqs. 10-11 against the frozen prior, then ossified), then (factor
-        analysis) its weight given ``z_l = 1``, then ``b_l``.
+        analysis) its weight given ``z_l = 1``, then ``b_l``. Everything that does not depend on
+        the residual is computed for all slots at once before the sequential scan: the feature
+        update is affine in the residual ``r_l``, ``μ_l = a_l + g_l ⊙ r_l``, with the weights
+        ``b_l, ϕ_l`` of the previous sweep.
         """
         lam = self._noise_prec
         fa = self.kind == "factor_analysis"
         b, mean, _, phi, w_var = carry
+        mu0, var0, S = state.mean, state.var, state.running_sum
+        if update:
+            bc, phic = b[:, None], phi[:, None]
+            var_s = 1.0 / (1.0 / var0 + bc * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
+            a, g = var_s * mu0 / var0, var_s * (bc * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
+            if self.ossify:
+                total = (b + S)[:, None]
+                keep = total > 0
+                total = jnp.where(keep, total, 1.0)
+                new = jnp.where(keep, bc / total, 1.0)
+                old = jnp.where(keep, S[:, None] / total, 0.0)
+                a, g, var_s = new * a + old * mu0, new * g, new * var_s + old * var0
+        else:
+            a, g, var_s = mu0, jnp.zeros_like(mu0), var0
+        trace_var = var_s @ lam  # tr(Λ Σ_l)
         resid = obs - (b * phi) @ mean
 
         def slot(resid, x):
-            b_l, mu_l, mu0_l, var0_l, s_l, logit_l, phi_l, w_var_l = x
-            r = resid + (b_l * phi_l) * mu_l  # o - Σ_{k≠l} b_k E[w_k] μ_k
-            if update:
-                ew2 = phi_l * phi_l + w_var_l
-                var_s = 1.0 / (1.0 / var0_l + (b_l * ew2) * lam)  # Eq. 10
-                mu_s = var_s * (mu0_l / var0_l + (b_l * phi_l) * lam * r)  # Eq. 11
-                if self.ossify:
-                    total = b_l + s_l
-                    keep = total > 0
-                    total = jnp.where(keep, total, 1.0)
-                    mu_s = jnp.where(keep, (b_l * mu_s + s_l * mu0_l) / total, mu0_l)
-                    var_s = jnp.where(keep, (b_l * var_s + s_l * var0_l) / total, var0_l)
-            else:
-                mu_s, var_s = mu0_l, var0_l
-            second = jnp.sum(lam * (mu_s * mu_s + var_s))  # E[A_l Λ A_lᵀ]
-            data = jnp.sum(lam * mu_s * r)
+            old_l, a_l, g_l, tv_l, logit_l, phi_l, w_var_l = x
+            r = resid + old_l  # o - Σ_{k≠l} b_k E[w_k] μ_k
+            mu = a_l + g_l * r
+            lam_mu = lam * mu
+            data = jnp.sum(lam_mu * r)
+            second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
             logit = logit_l
             if fa:
                 # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
@@ -408,11 +416,12 @@ class RIBPFilter:
                 logit = logit - kl_w
             logit = logit + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
             b_new = jax.nn.sigmoid(logit)
-            out = (b_new, mu_s, var_s, phi_l, w_var_l)
-            return r - (b_new * phi_l) * mu_s, out
+            return r - (b_new * phi_l) * mu, (b_new, mu, phi_l, w_var_l)
 
-        xs = (b, mean, state.mean, state.var, state.running_sum, prior_logit, phi, w_var)
-        return lax.scan(slot, resid, xs, reverse=reverse)[1]
+        old = (b * phi)[:, None] * mean
+        xs = (old, a, g, trace_var, prior_logit, phi, w_var)
+        b, mean, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse, unroll=4)[1]
+        return b, mean, var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
         """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
