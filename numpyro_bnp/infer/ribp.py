@@ -310,7 +310,7 @@ class RIBPFilter:
         new_rate = self._ibp.alpha * self._ibp.beta / denom
         capacity = mean.shape[0]
         # P(Pois(ρ_{n-1} + αβ/(β+n-1)) > K): prior mass of features the slots cannot hold
-        beyond = poisson_interval_probs(capacity + 1, jnp.zeros_like(rate), rate + new_rate)[-1]
+        beyond = poisson_interval_probs(jnp.zeros_like(rate), rate + new_rate, capacity + 1)[-1]
         new = RIBPState(
             mean,
             var,
