@@ -91,8 +91,9 @@ def numpy_reference(obs, capacity, num_steps=3):
                 v = 1.0 / (1.0 / var0[l] + b[l] * lam)
                 m = v * (mu0[l] / var0[l] + b[l] * lam * r)
                 tot = b[l] + running[l]
-                mu[l] = (b[l] * m + running[l] * mu0[l]) / tot
-                var[l] = (b[l] * v + running[l] * var0[l]) / tot
+                if tot > 0:
+                    mu[l] = (b[l] * m + running[l] * mu0[l]) / tot
+                    var[l] = (b[l] * v + running[l] * var0[l]) / tot
                 logit = logit0[l] + lam * mu[l] @ r - 0.5 * lam * (mu[l] @ mu[l] + var[l].sum())
                 b[l] = 0.5 * (1.0 + np.tanh(0.5 * logit))  # stable sigmoid
                 resid = r - b[l] * mu[l]

@@ -227,6 +227,7 @@ class RIBPFilter:
         self._spec_key = key
         self.scan_chunk = streaming.chunk_scanner(self.update)
         self._log_predictive_fns = {}
+        self._feature_use_fn = None
 
     def _require_init(self):
         if self.spec is None:
@@ -569,13 +570,36 @@ class RIBPFilter:
         ]
         return jnp.concatenate(out)
 
+    def _local_fit(self, state, obs):
+        """Clipped prior ``π`` and fitted ``b`` of one row ``(D,)``, features held fixed."""
+        eps = jnp.finfo(self.dtype).eps
+        prior = jnp.clip(self.prior(state), eps, 1.0 - eps)
+        fit = self._fit_generic if self.kind == "generic" else self._fit_closed_form
+        return prior, fit(state, obs, prior, _logit(prior), update_features=False)[0]
+
+    def feature_use(self, state, obs, *, batch_size=1024):
+        """``(M, K)`` probabilities ``b`` that each row of ``obs`` uses each slot.
+
+        Each row is treated as the next observation (filtering prior ``π``) and fitted by the
+        filter's coordinate ascent with the features held fixed; the state is not changed.
+        """
+        self._require_init()
+        obs = jnp.asarray(self.check_batch(obs, name="obs"))
+        if self._feature_use_fn is None:
+            self._feature_use_fn = jax.jit(
+                jax.vmap(lambda st, o: self._local_fit(st, o)[1], in_axes=(None, 0))
+            )
+        parts = [
+            self._feature_use_fn(state, obs[i : i + batch_size])
+            for i in range(0, obs.shape[0], batch_size)
+        ]
+        return jnp.concatenate(parts)
+
     def _log_predictive_fn(self, num_samples):
         def one(state, o, key):
             dt = self.dtype
             eps = jnp.finfo(dt).eps
-            prior = jnp.clip(self.prior(state), eps, 1.0 - eps)
-            fit = self._fit_generic if self.kind == "generic" else self._fit_closed_form
-            b = fit(state, o, prior, _logit(prior), update_features=False)[0]
+            prior, b = self._local_fit(state, o)
             proposal = jnp.clip(0.9 * b + 0.1 * prior, eps, 1.0 - eps)
             key_z, key_a = random.split(key)
             z = (random.uniform(key_z, (num_samples, prior.shape[0]), dt) < proposal).astype(dt)
@@ -638,6 +662,10 @@ class RIBPResult(streaming.StreamingResult):
     def feature_probs(self):
         """``(K+,)`` probability that the next observation uses each active feature (Eq. 5)."""
         return np.asarray(self.engine.prior(self.state))[np.asarray(self.active)]
+
+    def feature_use(self, obs):
+        """See :meth:`RIBPFilter.feature_use`."""
+        return self.engine.feature_use(self.state, obs)
 
     def log_predictive(self, test_obs, *, rng_key=None, num_samples=1000):
         """See :meth:`RIBPFilter.log_predictive`."""

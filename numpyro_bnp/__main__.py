@@ -1,0 +1,34 @@
+"""Command line: ``python -m numpyro_bnp demo [--out-dir DIR] [--only NAME ...]``."""
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m numpyro_bnp", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run the demo and save its figures")
+    demo.add_argument("--out-dir", default="numpyro_bnp_demo", help="where figures are saved")
+    demo.add_argument("--only", nargs="+", help="run only these parts of the demo")
+    args = parser.parse_args(argv)
+
+    from numpyro_bnp.demos import DEMOS
+
+    names = args.only or list(DEMOS)
+    unknown = sorted(set(names) - set(DEMOS))
+    if unknown:
+        parser.error(f"unknown demo part(s) {unknown}; choose from {sorted(DEMOS)}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    paths = []
+    for name in names:
+        print(f"\n== {name}")
+        paths += DEMOS[name](args.out_dir)
+    print("\nfigures saved:")
+    for path in paths:
+        print(f"  {os.path.abspath(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
