@@ -142,12 +142,14 @@ def small_lg_data():
     return z @ feats + 0.3 * rng.normal(size=(40, 4))
 
 
-def test_generic_path_equals_closed_form_on_linear_gaussian(small_lg_data):
+@pytest.mark.parametrize("feature_update", ["collapsed", "paper"])
+def test_generic_path_equals_closed_form_on_linear_gaussian(small_lg_data, feature_update):
     kwargs = dict(num_obs=1, dim=4, alpha=2.0, sigma_a=2.0, sigma_o=0.3)
-    closed = RIBPFilter(linear_gaussian, max_features=8).run(
+    opts = dict(max_features=8, feature_update=feature_update)
+    closed = RIBPFilter(linear_gaussian, **opts).run(
         random.PRNGKey(0), small_lg_data, progress_bar=False, chunk_size=40, **kwargs
     )
-    generic = RIBPFilter(linear_gaussian, max_features=8, likelihood="generic").run(
+    generic = RIBPFilter(linear_gaussian, likelihood="generic", **opts).run(
         random.PRNGKey(0), small_lg_data, progress_bar=False, chunk_size=40, **kwargs
     )
     assert closed.engine.kind == "linear_gaussian" and generic.engine.kind == "generic"

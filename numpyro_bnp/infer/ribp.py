@@ -129,6 +129,8 @@ class RIBPFilter:
         starts from a capacity for one row (at least 16) and doubles it when needed.
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
+    :param str feature_update: ``"collapsed"`` (default) or ``"paper"``; see the module
+        docstring.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
     :param int newton_steps: Newton steps per slot and sweep in the generic path.
     :param float retire_threshold: existence probability below which a hole is retired.
@@ -163,6 +165,7 @@ class RIBPFilter:
         num_steps=None,
         max_features=None,
         likelihood="auto",
+        feature_update="collapsed",
         ossify=True,
         newton_steps=1,
         retire_threshold=1e-3,
@@ -176,6 +179,10 @@ class RIBPFilter:
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if feature_update not in ("collapsed", "paper"):
+            raise ValueError(
+                f"feature_update must be 'collapsed' or 'paper', got {feature_update!r}"
+            )
         if likelihood not in ("auto", "generic"):
             raise ValueError(f"likelihood must be 'auto' or 'generic', got {likelihood!r}")
         if isinstance(newton_steps, bool) or not isinstance(newton_steps, int) or newton_steps < 1:
@@ -190,6 +197,7 @@ class RIBPFilter:
         self.num_steps = num_steps
         self.max_features = max_features
         self.likelihood = likelihood
+        self.feature_update = feature_update
         self.ossify = bool(ossify)
         self.newton_steps = newton_steps
         self.retire_threshold = float(retire_threshold)
@@ -368,28 +376,51 @@ class RIBPFilter:
         for step in range(self.num_steps_):
             carry = self._sweep(state, obs, prior_logit, carry, step % 2 == 1, update_features)
         b, mean, var, phi, w_var = carry
+        if update_features and self.feature_update == "collapsed":
+            mean, var = self._commit(state, b, mean, var)
         local = (phi, w_var) if self.kind == "factor_analysis" else None
         return b, mean, var, local
+
+    def _commit(self, state, b, mean1, var1):
+        """Collapsed mode: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``, then ossified."""
+        mu0, var0, S = state.mean, state.var, state.running_sum
+        bc = b[:, None]
+        step = mean1 - mu0
+        mean = mu0 + bc * step
+        var = bc * var1 + (1.0 - bc) * var0 + bc * (1.0 - bc) * step * step
+        if self.ossify:
+            total = (b + S)[:, None]
+            keep = total > 0
+            new = jnp.where(keep, bc / jnp.where(keep, total, 1.0), 1.0)
+            mean, var = mu0 + new * (mean - mu0), var0 + new * (var - var0)
+        return mean, var
 
     def _sweep(self, state, obs, prior_logit, carry, reverse, update):
         """One sweep over the slots, carrying only the D-vector residual; O(K D).
 
-        For slot ``l``: feature (Eqs. 10-11 against the frozen prior, then ossified), then (factor
-        analysis) its weight given ``z_l = 1``, then ``b_l``. Everything that does not depend on
-        the residual is computed for all slots at once before the sequential scan: the feature
-        update is affine in the residual ``r_l``, ``μ_l = a_l + g_l ⊙ r_l``, with the weights
-        ``b_l, ϕ_l`` of the previous sweep.
+        For slot ``l``: feature, then (factor analysis) its weight given ``z_l = 1``, then
+        ``b_l``. Everything that does not depend on the residual is computed for all slots at once
+        before the sequential scan: the feature's mean is affine in the residual ``r_l``,
+        ``μ_l = a_l + g_l ⊙ r_l``, with the weights ``b_l, ϕ_l`` of the previous sweep.
+
+        * ``paper``: Eqs. 10-11 (weighted by ``b_l``) against the frozen prior, then ossified;
+          the logit uses that feature.
+        * ``collapsed``: the feature's posterior *given* ``z_l = 1`` (weight 1); the logit gets
+          its KL from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes
+          factor of ``z_l = 1`` with the feature integrated out.
         """
         lam = self._noise_prec
         fa = self.kind == "factor_analysis"
+        collapsed = self.feature_update == "collapsed"
         b, mean, _, phi, w_var = carry
         mu0, var0, S = state.mean, state.var, state.running_sum
-        if update:
-            bc, phic = b[:, None], phi[:, None]
-            var_s = 1.0 / (1.0 / var0 + bc * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
-            a, g = var_s * mu0 / var0, var_s * (bc * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
-            if self.ossify:
-                total = (b + S)[:, None]
+        if update or collapsed:
+            weight = 1.0 if collapsed else b[:, None]
+            phic = phi[:, None]
+            var_s = 1.0 / (1.0 / var0 + weight * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
+            a, g = var_s * mu0 / var0, var_s * (weight * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
+            if self.ossify and not collapsed:
+                bc, total = b[:, None], (b + S)[:, None]
                 keep = total > 0
                 total = jnp.where(keep, total, 1.0)
                 new = jnp.where(keep, bc / total, 1.0)
@@ -398,16 +429,24 @@ class RIBPFilter:
         else:
             a, g, var_s = mu0, jnp.zeros_like(mu0), var0
         trace_var = var_s @ lam  # tr(Λ Σ_l)
+        if collapsed:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
+            ratio = var_s / var0
+            kl_const = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio), axis=-1)
+        else:
+            kl_const = jnp.zeros_like(trace_var)
         resid = obs - (b * phi) @ mean
 
         def slot(resid, x):
-            old_l, a_l, g_l, tv_l, logit_l, phi_l, w_var_l = x
+            old_l, a_l, g_l, tv_l, kl_l, mu0_l, var0_l, logit_l, phi_l, w_var_l = x
             r = resid + old_l  # o - Σ_{k≠l} b_k E[w_k] μ_k
             mu = a_l + g_l * r
             lam_mu = lam * mu
             data = jnp.sum(lam_mu * r)
             second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
             logit = logit_l
+            if collapsed:
+                shift = mu - mu0_l
+                logit = logit - kl_l - 0.5 * jnp.sum(shift * shift / var0_l)
             if fa:
                 # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
                 m0, v0 = self.spec.weight_loc, self.spec.weight_var
@@ -420,7 +459,7 @@ class RIBPFilter:
             return r - (b_new * phi_l) * mu, (b_new, mu, phi_l, w_var_l)
 
         old = (b * phi)[:, None] * mean
-        xs = (old, a, g, trace_var, prior_logit, phi, w_var)
+        xs = (old, a, g, trace_var, kl_const, mu0, var0, prior_logit, phi, w_var)
         b, mean, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse, unroll=4)[1]
         return b, mean, var_s, phi, w_var
 
@@ -429,6 +468,7 @@ class RIBPFilter:
         mu0, var0, S = state.mean, state.var, state.running_sum
         loglik = self.spec.row_log_likelihood
         capacity = mu0.shape[0]
+        collapsed = self.feature_update == "collapsed"
 
         def slot(i, carry, reverse):
             b, mean, var = carry
@@ -443,12 +483,13 @@ class RIBPFilter:
                 return g, jnp.maximum(-hv, 0.0)  # diagonal curvature (factorised likelihood)
 
             mu_l, mu0_l, var0_l = mean[l], mu0[l], var0[l]
-            if update_features:
+            weight = 1.0 if collapsed else b[l]
+            if update_features or collapsed:
                 for _ in range(self.newton_steps):
                     g, h = grad_and_curv(mu_l)
-                    var_l = 1.0 / (1.0 / var0_l + b[l] * h)
-                    mu_l = mu_l + var_l * (b[l] * g - (mu_l - mu0_l) / var0_l)
-                if self.ossify:
+                    var_l = 1.0 / (1.0 / var0_l + weight * h)
+                    mu_l = mu_l + var_l * (weight * g - (mu_l - mu0_l) / var0_l)
+                if self.ossify and not collapsed:
                     total = b[l] + S[l]
                     keep = total > 0
                     total = jnp.where(keep, total, 1.0)
@@ -461,7 +502,12 @@ class RIBPFilter:
             mean = mean.at[l].set(mu_l)
             f1 = f(mu_l) - 0.5 * jnp.sum(h * var_l)  # E_q(A_l) log p(o | z_l = 1) to 2nd order
             f0 = loglik(b.at[l].set(0.0), mean, obs)
-            b = b.at[l].set(jax.nn.sigmoid(prior_logit[l] + f1 - f0))
+            logit = prior_logit[l] + f1 - f0
+            if collapsed:  # KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰))
+                ratio = var_l / var0_l
+                shift = mu_l - mu0_l
+                logit = logit - 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + shift**2 / var0_l)
+            b = b.at[l].set(jax.nn.sigmoid(logit))
             return b, mean, var.at[l].set(var_l)
 
         carry = (q, mu0, var0)
@@ -469,6 +515,8 @@ class RIBPFilter:
             body = functools.partial(slot, reverse=step % 2 == 1)
             carry = lax.fori_loop(0, capacity, body, carry)
         b, mean, var = carry
+        if update_features and collapsed:
+            mean, var = self._commit(state, b, mean, var)
         return b, mean, var, None
 
     def _elbo(self, state, obs, q, b, local):
