@@ -7,7 +7,7 @@ import numpy as np
 from jax import random
 
 
-def run(out_dir, *, alpha=3.0, sigma_a=0.5, sigma_o=0.25, num_test=300, seed=0):
+def run(out_dir, *, alpha=3.0, sigma_a=0.5, sigma_o=0.1, num_test=300, seed=0):
     """Stream the digits (1,797 images, 8 x 8, scaled to [0, 1]) through ``RIBPFilter``.
 
     Prints a short table (observations, features, throughput) and the held-out log predictive,
