@@ -468,7 +468,7 @@ class RIBPFilter:
 
         old = (b * phi)[:, None] * mean
         xs = (old, a, g, trace_var, kl_const, mu0, var0, prior_logit, phi, w_var)
-        b, mean, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse, unroll=4)[1]
+        b, mean, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse)[1]
         return b, mean, var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
