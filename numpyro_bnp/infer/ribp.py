@@ -643,7 +643,7 @@ class RIBPFilter:
         obs = jnp.asarray(self.check_batch(obs, name="obs"))
         if self._feature_use_fn is None:
             self._feature_use_fn = jax.jit(
-                jax.vmap(lambda st, o: self._local_fit(st, o)[1], in_axes=(None, 0))
+                lambda st, obs: lax.map(lambda o: self._local_fit(st, o)[1], obs)
             )
         parts = [
             self._feature_use_fn(state, obs[i : i + batch_size])
@@ -671,7 +671,8 @@ class RIBPFilter:
                 ll = jax.vmap(lambda zz: self._gaussian_log_marginal(state, o, zz))(z)
             return logsumexp(ll + log_ratio) - jnp.log(num_samples)
 
-        return jax.jit(jax.vmap(one, in_axes=(None, 0, 0)))
+        # rows one after another (lax.map): a vmapped sweep compiled for minutes
+        return jax.jit(lambda state, obs, keys: lax.map(lambda x: one(state, *x), (obs, keys)))
 
     def _gaussian_log_marginal(self, state, o, z):
         """``log p(o | z)`` with the features (and weights) integrated out, Gaussian models."""
