@@ -239,4 +239,3 @@ def test_model_that_does_not_fit_gets_a_clear_error():
 
     with pytest.raises(ValueError, match=r"unexpected latent sites: \['s'\]"):
         RIBPFilter(extra_latent).init(random.PRNGKey(0))
-
