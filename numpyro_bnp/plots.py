@@ -5,7 +5,12 @@ Every function returns the matplotlib ``Figure`` it drew, so callers can save or
 
 import numpy as np
 
-__all__ = ["plot_ibp_marginals"]
+__all__ = [
+    "plot_feature_count",
+    "plot_feature_grid",
+    "plot_feature_sharing",
+    "plot_ibp_marginals",
+]
 
 
 def _pyplot():
@@ -64,4 +69,87 @@ def plot_ibp_marginals(exact, estimate, titles=None, *, pairs_per_row=1):
     for ax in axes[:, 0]:
         ax.set_ylabel("observation n", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="p(z_nk = 1)")
+    return fig
+
+
+# ---------------------------------------------------------------------------- R-IBP filter
+def plot_feature_count(time, num_features, *, truth=None, expected=None, ax=None):
+    """Number of features against the number of observations of a stream.
+
+    :param time: ``(T,)`` observation counts (``StreamingResult.time``).
+    :param num_features: ``(T,)`` the filter's expected number of features
+        (``result.traces["num_features"]``).
+    :param truth: optional ``(T,)`` true number of features (synthetic data).
+    :param expected: optional ``(T,)`` prior expectation ``E[Λ_n] = α H^β_n``.
+    :return: the figure.
+    """
+    plt = _pyplot()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4.5, 3.0), layout="constrained")
+    else:
+        fig = ax.figure
+    ax.plot(time, num_features, label="R-IBP filter")
+    if truth is not None:
+        ax.plot(time, truth, "--", label="truth")
+    if expected is not None:
+        ax.plot(time, expected, ":", label="prior E[Λ_n]")
+    ax.set_xscale("log")
+    ax.set_xlabel("observations n")
+    ax.set_ylabel("number of features")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_feature_grid(means, image_shape, *, probs=None, max_features=64, ncols=8):
+    """Learned features shown as images (one panel per feature, most used first).
+
+    :param means: ``(K, D)`` feature means with ``D = prod(image_shape)``.
+    :param image_shape: ``(height, width)``.
+    :param probs: optional ``(K,)`` usage probabilities used to order and label the panels.
+    :return: the figure.
+    """
+    plt = _pyplot()
+    means = np.asarray(means)
+    order = np.argsort(-np.asarray(probs)) if probs is not None else np.arange(len(means))
+    order = order[:max_features]
+    nrows = max(1, -(-len(order) // ncols))
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(1.2 * ncols, 1.3 * nrows), squeeze=False, layout="constrained"
+    )
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, k in zip(axes.flat, order, strict=False):
+        image = means[k].reshape(image_shape)
+        scale = np.abs(image).max() or 1.0
+        ax.imshow(image, cmap="RdBu_r", vmin=-scale, vmax=scale)
+        if probs is not None:
+            ax.set_title(f"p={probs[k]:.2f}", fontsize=7)
+    return fig
+
+
+def plot_feature_sharing(sharing, labels):
+    """Heat map of the fraction of features two classes share (R-IBP paper, Fig. 7).
+
+    :param sharing: ``(C, C)`` symmetric matrix in ``[0, 1]``.
+    :param labels: ``C`` class names.
+    :return: the figure.
+    """
+    plt = _pyplot()
+    sharing = np.asarray(sharing)
+    fig, ax = plt.subplots(figsize=(4.2, 3.6), layout="constrained")
+    image = ax.imshow(sharing, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_yticks(range(len(labels)), labels)
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            ax.text(
+                j,
+                i,
+                f"{sharing[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="w" if sharing[i, j] < 0.6 else "k",
+            )
+    fig.colorbar(image, ax=ax, label="fraction of features shared")
     return fig

@@ -1,0 +1,94 @@
+"""Ready NumPyro models with Bayesian-nonparametric priors.
+
+Plain model functions: copy one and edit it, run it under NumPyro's own engines (``Predictive``,
+``MCMC``) or hand it to an engine of :mod:`numpyro_bnp.infer`, which reads it once through handlers
+(see :mod:`numpyro_bnp.infer._model` for what an engine expects to find).
+
+* :func:`linear_gaussian` — the linear-Gaussian latent feature model (Griffiths & Ghahramani 2011;
+  Schaeffer et al. 2022, App. B.2);
+* :func:`factor_analysis` — the same with a Gaussian weight per used feature (Schaeffer et al. 2022,
+  App. B.3).
+
+The observation means are written as ``Z @ A`` (resp. ``(Z * W) @ A``) so that the number of rows
+follows the rows of ``Z``: the streaming engines evaluate the likelihood one row at a time by
+substituting a single row.
+"""
+
+import jax
+import numpyro
+import numpyro.distributions as dist
+
+from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
+
+__all__ = ["factor_analysis", "linear_gaussian"]
+
+
+def _capacity(alpha, beta, num_obs, max_features):
+    if max_features is None:
+        with jax.ensure_compile_time_eval():  # the model may be traced under jit
+            return ibp_capacity(alpha, beta, num_rows=num_obs)
+    return max_features
+
+
+def linear_gaussian(
+    obs=None,
+    *,
+    num_obs,
+    dim,
+    alpha=1.0,
+    beta=1.0,
+    sigma_a=1.0,
+    sigma_o=0.1,
+    max_features=None,
+):
+    r"""Linear-Gaussian latent feature model with an IBP(α, β) prior.
+
+    .. math::
+        Z \sim \mathrm{IBP}(α, β), \quad A_k \sim N(0, σ_A^2 I_D), \quad
+        o_n \mid Z, A \sim N(z_n A, σ_o^2 I_D).
+
+    Sites: ``Z`` ``(num_obs, K)`` binary, ``A`` ``(K, dim)``, ``obs`` ``(num_obs, dim)``.
+
+    :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
+    :param int num_obs: number of rows ``N``.
+    :param int dim: observation dimension ``D``.
+    :param alpha: IBP mass α > 0 (expected number of features per row).
+    :param beta: IBP concentration β > 0.
+    :param sigma_a: prior standard deviation σ_A of each feature entry.
+    :param sigma_o: observation noise standard deviation σ_o.
+    :param max_features: capacity ``K`` of the IBP matrix; ``None`` picks one that truncates
+        with probability below 1e-6 (:func:`~numpyro_bnp.distributions.ibp_capacity`).
+    """
+    num_features = _capacity(alpha, beta, num_obs, max_features)
+    z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
+    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    return numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(2), obs=obs)
+
+
+def factor_analysis(
+    obs=None,
+    *,
+    num_obs,
+    dim,
+    alpha=1.0,
+    beta=1.0,
+    sigma_a=1.0,
+    sigma_o=0.1,
+    sigma_w=1.0,
+    max_features=None,
+):
+    r"""Infinite factor analysis: binary feature use times a Gaussian weight per row.
+
+    .. math::
+        Z \sim \mathrm{IBP}(α, β), \quad A_k \sim N(0, σ_A^2 I_D), \quad
+        w_n \sim N(0, σ_w^2 I_K), \quad o_n \mid \cdot \sim N((z_n \odot w_n) A, σ_o^2 I_D).
+
+    Sites: ``Z`` ``(num_obs, K)``, ``A`` ``(K, dim)``, ``W`` ``(num_obs, K)``, ``obs``
+    ``(num_obs, dim)``. ``sigma_w`` may be a ``(K,)`` array (a diagonal Σ_w). Other parameters as
+    in :func:`linear_gaussian`.
+    """
+    num_features = _capacity(alpha, beta, num_obs, max_features)
+    z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
+    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    w = numpyro.sample("W", dist.Normal(0.0, sigma_w).expand([num_obs, num_features]).to_event(2))
+    return numpyro.sample("obs", dist.Normal((z * w) @ a, sigma_o).to_event(2), obs=obs)

@@ -1,0 +1,244 @@
+"""R-IBP streaming filter: exactness under the prior, recovery, generic path, predictive scores.
+
+Runs under x64 (``conftest.py``). Filters are shared through module-scoped fixtures so that each
+compiled function is built once.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import lax, random
+from scipy.special import logsumexp
+from scipy.stats import poisson
+
+from numpyro_bnp.distributions import RecursiveIBP
+from numpyro_bnp.infer import RIBPFilter
+from numpyro_bnp.models import factor_analysis, linear_gaussian
+
+
+def _ibp_draw(alpha, num_rows, seed):
+    z = np.asarray(
+        RecursiveIBP(alpha, 1.0, num_rows=num_rows, max_features=96).sample(random.PRNGKey(seed))
+    )
+    assert z[:, -1].sum() == 0  # capacity not reached
+    return z.astype(float)
+
+
+def _paired_gap(a, b):
+    """Mean of a - b and its standard error (paired over test rows)."""
+    d = np.asarray(a) - np.asarray(b)
+    return d.mean(), d.std(ddof=1) / np.sqrt(len(d))
+
+
+# ---------------------------------------------------------------------------- prior only
+@pytest.mark.parametrize("alpha, beta", [(2.0, 1.5), (10.78, 5.6)])
+def test_prior_only_filter_reproduces_ibp_marginals(alpha, beta):
+    """σ_o -> ∞: every b_n equals the filtering prior, which must follow the exact recursion."""
+    num_rows, capacity = 50, 256  # P(Λ_50 > 256) < 1e-15 for both settings
+    filt = RIBPFilter(linear_gaussian, max_features=capacity)
+    state = filt.init(random.PRNGKey(0), num_obs=1, dim=2, alpha=alpha, beta=beta, sigma_o=1e12)
+
+    def step(state, obs):
+        prior = filt.prior(state)
+        return filt.update(state, obs)[0], prior
+
+    _, priors = jax.jit(lambda s: lax.scan(step, s, jnp.zeros((num_rows, 2))))(state)
+    exact = RecursiveIBP(alpha, beta, num_rows=num_rows, max_features=capacity).marginals()
+    # float64 rounding of the incomplete gamma differences: ~1e-13
+    np.testing.assert_allclose(priors, exact, atol=1e-10)
+    np.testing.assert_allclose(priors.sum(1), alpha, rtol=1e-10)  # E[row sum] = α
+
+
+# ---------------------------------------------------------------------------- recovery
+def _oracle_log_predictive(z_train, a, test, sigma_o, beta=1.0):
+    """log p(o | true A, Z_train) by enumeration over the instantiated features.
+
+    Feature probabilities are the IBP posterior means m_k / (β + N); the mass of new features,
+    αβ/(β+N) per row, is left out (a lower bound, off by less than that mass).
+    """
+    used = z_train.sum(0) > 0
+    probs = z_train[:, used].sum(0) / (beta + len(z_train))
+    configs = np.array(list(itertools.product([0.0, 1.0], repeat=int(used.sum()))))
+    log_prior = configs @ np.log(probs) + (1 - configs) @ np.log1p(-probs)
+    means = configs @ a[used]
+    dim = test.shape[1]
+    out = []
+    for row in test:  # one row at a time: 2^K configurations can be ~1e6
+        sq = ((row - means) ** 2).sum(-1)
+        ll = -0.5 * sq / sigma_o**2 - 0.5 * dim * np.log(2 * np.pi * sigma_o**2)
+        out.append(logsumexp(ll + log_prior))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("alpha, dim", [(1.5, 2), (2.0, 10), (3.0, 20)])
+def test_linear_gaussian_recovery(alpha, dim):
+    sigma_a, sigma_o, num_train, num_test = 1.0, 0.1, 400, 150
+    rng = np.random.default_rng(int(10 * alpha) + dim)
+    z = _ibp_draw(alpha, num_train + num_test, seed=dim)
+    a = sigma_a * rng.normal(size=(z.shape[1], dim))
+    data = z @ a + sigma_o * rng.normal(size=(len(z), dim))
+    train, test = data[:num_train], data[num_train:]
+    kwargs = dict(num_obs=1, dim=dim, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
+
+    res = RIBPFilter(linear_gaussian, max_features=32).run(
+        random.PRNGKey(0), train, progress_bar=False, **kwargs
+    )
+    true_count = (z[:num_train].sum(0) > 0).sum()
+    count = res.traces["num_features"]
+    assert true_count / 3 <= count[-1] <= 3 * true_count  # order of magnitude of the truth
+
+    lp = np.asarray(res.log_predictive(test, num_samples=1000))
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        wrong = RIBPFilter(linear_gaussian, max_features=1).run(
+            random.PRNGKey(0), train, progress_bar=False, **kwargs
+        )
+    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=1000))
+    gap, se = _paired_gap(lp, lp_wrong)
+    assert gap > 5 * se  # beats a finite model with the wrong K
+    oracle = _oracle_log_predictive(z[:num_train], a, test, sigma_o)
+    # closer to the true model than to the wrong finite model
+    assert np.mean(oracle - lp) < np.mean(lp - lp_wrong)
+
+
+def test_factor_analysis_recovery():
+    alpha, dim, sigma_a, sigma_o, sigma_w = 3.0, 10, 1.0, 0.1, 1.0
+    num_train, num_test = 400, 600
+    rng = np.random.default_rng(7)
+    z = _ibp_draw(alpha, num_train + num_test, seed=3)
+    a = sigma_a * rng.normal(size=(z.shape[1], dim))
+    w = sigma_w * rng.normal(size=z.shape)
+    data = (z * w) @ a + sigma_o * rng.normal(size=(len(z), dim))
+    train, test = data[:num_train], data[num_train:]
+    kwargs = dict(num_obs=1, dim=dim, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
+    kwargs["sigma_w"] = sigma_w
+
+    res = RIBPFilter(factor_analysis, max_features=16).run(
+        random.PRNGKey(0), train, progress_bar=False, **kwargs
+    )
+    assert res.engine.kind == "factor_analysis"
+    true_count = (z[:num_train].sum(0) > 0).sum()
+    assert true_count / 3 <= res.traces["num_features"][-1] <= 3 * true_count
+
+    lp = np.asarray(res.log_predictive(test, num_samples=500))
+    with pytest.warns(RuntimeWarning, match="truncated"):
+        wrong = RIBPFilter(factor_analysis, max_features=1).run(
+            random.PRNGKey(0), train, progress_bar=False, **kwargs
+        )
+    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=500))
+    gap, se = _paired_gap(lp, lp_wrong)
+    assert gap > 5 * se
+
+
+# ---------------------------------------------------------------------------- generic path
+@pytest.fixture(scope="module")
+def small_lg_data():
+    rng = np.random.default_rng(1)
+    feats = 2.0 * rng.normal(size=(3, 4))
+    z = (rng.random((40, 3)) < 0.4).astype(float)
+    return z @ feats + 0.3 * rng.normal(size=(40, 4))
+
+
+@pytest.mark.parametrize("feature_update", ["collapsed", "paper"])
+def test_generic_path_equals_closed_form_on_linear_gaussian(small_lg_data, feature_update):
+    kwargs = dict(num_obs=1, dim=4, alpha=2.0, sigma_a=2.0, sigma_o=0.3)
+    opts = dict(max_features=8, feature_update=feature_update)
+    closed = RIBPFilter(linear_gaussian, **opts).run(
+        random.PRNGKey(0), small_lg_data, progress_bar=False, chunk_size=40, **kwargs
+    )
+    generic = RIBPFilter(linear_gaussian, likelihood="generic", **opts).run(
+        random.PRNGKey(0), small_lg_data, progress_bar=False, chunk_size=40, **kwargs
+    )
+    assert closed.engine.kind == "linear_gaussian" and generic.engine.kind == "generic"
+    for a, b in zip(closed.state, generic.state, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def poisson_features(obs=None, *, num_obs, dim, alpha=1.0, max_features=16):
+    z = numpyro.sample("Z", RecursiveIBP(alpha, 1.0, num_rows=num_obs, max_features=max_features))
+    a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([max_features, dim]).to_event(2))
+    return numpyro.sample("obs", dist.Poisson(jnp.exp(1.0 + z @ a)).to_event(2), obs=obs)
+
+
+def test_generic_path_learns_a_poisson_model():
+    rng = np.random.default_rng(2)
+    dim, num_train, num_test = 8, 300, 150
+    feats = np.zeros((3, dim))
+    for k in range(3):  # each feature raises the rate of its own block of dimensions
+        feats[k, 2 * k : 2 * k + 3] = 1.5
+    z = (rng.random((num_train + num_test, 3)) < 0.4).astype(float)
+    counts = rng.poisson(np.exp(1.0 + z @ feats)).astype(float)
+    train, test = counts[:num_train], counts[num_train:]
+    res = RIBPFilter(poisson_features, max_features=8).run(
+        random.PRNGKey(0), train, progress_bar=False, num_obs=1, dim=dim, alpha=1.0
+    )
+    assert res.engine.kind == "generic"
+    lp = np.asarray(res.log_predictive(test, num_samples=1000))
+    # baseline: independent Poisson per dimension at the training means (the MLE)
+    baseline = poisson.logpmf(test, train.mean(0)).sum(1)
+    gap, se = _paired_gap(lp, baseline)
+    assert gap > 5 * se
+
+
+# ---------------------------------------------------------------------------- predictive
+def test_log_predictive_importance_sampler_is_unbiased_against_enumeration(small_lg_data):
+    """exp(estimate) is an unbiased IS estimate of p(o | data): its mean over replicates must
+    match exact enumeration over all 2^K indicator vectors within 5 standard errors."""
+    capacity, sigma_o = 6, 0.3
+    filt = RIBPFilter(linear_gaussian, max_features=capacity)
+    res = filt.run(
+        random.PRNGKey(0),
+        small_lg_data[:30],
+        progress_bar=False,
+        chunk_size=40,
+        num_obs=1,
+        dim=4,
+        alpha=2.0,
+        sigma_a=2.0,
+        sigma_o=sigma_o,
+    )
+    test = small_lg_data[30:34]
+    prior = np.clip(np.asarray(filt.prior(res.state)), np.finfo(float).eps, 1)
+    mean, var = np.asarray(res.state.mean), np.asarray(res.state.var)
+    configs = np.array(list(itertools.product([0.0, 1.0], repeat=capacity)))
+    log_prior = configs @ np.log(prior) + (1 - configs) @ np.log1p(-prior)
+    total_var = sigma_o**2 + configs @ var  # (2^K, D): features integrated out given z
+    diff = test[:, None, :] - (configs @ mean)[None]
+    ll = -0.5 * (np.log(2 * np.pi * total_var)[None] + diff**2 / total_var[None]).sum(-1)
+    exact = logsumexp(ll + log_prior, axis=1)
+
+    reps = np.stack(
+        [
+            np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(r), num_samples=200))
+            for r in range(40)
+        ]
+    )
+    ratio = np.exp(reps - exact)  # (40, 4), mean 1 by unbiasedness
+    se = ratio.std(0, ddof=1) / np.sqrt(len(ratio))
+    assert np.all(np.abs(ratio.mean(0) - 1) < 5 * se + 1e-12)
+    # and the log-mean-exp of many samples is close to exact (consistency)
+    big = np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(99), num_samples=20000))
+    assert np.all(np.abs(big - exact) < 5 * np.sqrt(ratio.var(0, ddof=1) / 100))
+
+
+# ---------------------------------------------------------------------------- model contract
+def test_model_that_does_not_fit_gets_a_clear_error():
+    def no_ibp(obs=None):
+        a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
+        numpyro.sample("obs", dist.Normal(a.sum(0), 1.0).expand([5, 3]).to_event(2), obs=obs)
+
+    with pytest.raises(ValueError, match=r"RecursiveIBP.*the model has: A: Normal"):
+        RIBPFilter(no_ibp).init(random.PRNGKey(0))
+
+    def extra_latent(obs=None, *, num_obs=5, dim=3):
+        z = numpyro.sample("Z", RecursiveIBP(1.0, 1.0, num_rows=num_obs, max_features=4))
+        a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([4, dim]).to_event(2))
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        numpyro.sample("obs", dist.Normal(z @ a, s).to_event(2), obs=obs)
+
+    with pytest.raises(ValueError, match=r"unexpected latent sites: \['s'\]"):
+        RIBPFilter(extra_latent).init(random.PRNGKey(0))
