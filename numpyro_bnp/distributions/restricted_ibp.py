@@ -370,7 +370,8 @@ def _rejection_rows(key, num_rows, width, count_logits, propose, state, max_reje
     """Rows by rejection: per row draw ``J_n ~ f`` once, then propose until ``propose`` accepts.
 
     ``propose(state, key, J) -> (state, z, accepted)`` may carry state across proposals and rows
-    (the collapsed and retrospective samplers do). The total number of rejections of the matrix is
+    (the collapsed and retrospective samplers do); it is not called for rows with ``J_n = 0``, which
+    are zero. The total number of rejections of the matrix is
     bounded by ``max_rejections``; when the bound is hit the loop stops, the remaining rows are
     zero and ``exhausted`` is True. Returns ``(z (N, width), state, num_rejections, exhausted)``.
     """
@@ -389,7 +390,10 @@ def _rejection_rows(key, num_rows, width, count_logits, propose, state, max_reje
             state, z, accepted = propose(state, sub, count)
             return key, state, z, accepted, rejections + (~accepted).astype(jnp.int32)
 
-        loop = (key_p, state, jnp.zeros(width, jnp.int32), jnp.array(False), rejections)
+        # J_n = 0: the zero row is the only vector with that count, whatever μ is, so it is
+        # accepted without proposals (exact, and it removes the infinite expected number of
+        # rejections that P(|Z*| = 0) = Π(1 - π_i) causes when an atom is close to 1)
+        loop = (key_p, state, jnp.zeros(width, jnp.int32), count == 0, rejections)
         _, state, z, accepted, rejections = lax.while_loop(cond, body, loop)
         return (state, rejections), (jnp.where(accepted, z, 0), accepted)
 
@@ -808,7 +812,13 @@ def _warn_if_flagged(info, method, max_features, max_rejections):
 # ---------------------------------------------------------------------------- the samplers
 @functools.lru_cache(maxsize=64)
 def _sampler(method, sizes, directing, max_count):
-    """The jitted, vmapped sampler for static sizes (cached: repeated calls do not recompile).
+    """The jitted sampler of many draws for static sizes (cached: repeated calls do not recompile).
+
+    Rejection counts are heavy-tailed (the expected number of proposals per row,
+    ``E[1 / PB_μ(J)]``, is infinite when ``J >= α``, since the largest atom is ``Beta(α, 1)``), so
+    the rejection samplers make their draws one after another (``lax.map``): the cost is the
+    *sum* of the draws' proposals, whereas under ``vmap`` every draw would run as long as the
+    slowest. The rejection-free inclusion sampler is vectorised.
 
     Maps ``(keys (S,), alpha (S,), concentration (S,), log_f (S, max_features + 1))`` to
     ``(z (S, N, K) in left-ordered form, info tuple)``.
@@ -821,7 +831,11 @@ def _sampler(method, sizes, directing, max_count):
         one = _uncollapsed(*sizes, method, directing, max_count)
 
     def run(keys, alpha, concentration, log_f):
-        z, info = jax.vmap(one)(keys, alpha, concentration, log_f)
+        args = (keys, alpha, concentration, log_f)
+        if method == "inclusion":  # no rejection loop: vectorise over draws
+            z, info = jax.vmap(one)(*args)
+        else:  # one draw after another: under vmap every draw would run as long as the slowest
+            z, info = lax.map(lambda a: one(*a), args)
         return left_ordered_form(z), info
 
     return jax.jit(run)
