@@ -286,7 +286,9 @@ def sample_capped(d, key, num, method, max_dropped=2e-3):
     the rest by at most ``q / (1 - q)`` in total variation; the tests require ``q <= 2e-3``, far
     below what their chi-square tests can resolve at 10,000 draws.
     """
-    z, info = d.sample_with_info(key, (num,), method=method)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the flags are checked here instead
+        z, info = d.sample_with_info(key, (num,), method=method)
     assert not np.any(info.overflow)
     done = ~np.asarray(info.exhausted)
     assert done.mean() >= 1 - max_dropped, done.mean()
@@ -318,7 +320,7 @@ def general_f_samples():
 def test_every_sampler_row_counts_follow_f(general_f_samples, method):
     z, _ = general_f_samples[method]
     assert z.shape[1:] == (3, 40) and bool(left_ordered_matrix(z).all())
-    counts = np.bincount(z.sum(-1).ravel(), minlength=3)
+    counts = np.bincount(z.sum(-1).ravel(), minlength=2)
     assert chi_square_pvalue(counts, [0.3, 0.7]) > 1e-3
 
 
@@ -346,7 +348,8 @@ def test_exact_samplers_row_counts_follow_f(method, name):
     count_dist = count_dists()[name]
     if name == "poisson":
         count_dist = dist.Poisson(0.5)  # mostly J < α: a light-tailed number of rejections
-    d = RestrictedIBP(1.5 if name == "poisson" else 2.5, count_dist, **SMALL)
+    options = {**SMALL, "max_rejections": 20_000}  # f reaches J = 2 >= α: heavier tails
+    d = RestrictedIBP(1.5 if name == "poisson" else 2.5, count_dist, **options)
     z, _ = sample_capped(d, random.PRNGKey(20), 5_000 if name == "poisson" else 500, method)
     sums = z.sum(-1).ravel()
     if name == "exactly":
