@@ -14,6 +14,14 @@ from numpyro_bnp.distributions.ibp import (
     num_active_features,
 )
 from numpyro_bnp.distributions.nrm import NGGP, canonical_partition, cluster_sizes, num_clusters
+from numpyro_bnp.distributions.restricted_ibp import (
+    RestrictedBernoulliProcess,
+    RestrictedIBP,
+    RestrictedIBPInfo,
+    exactly,
+    left_ordered_form,
+    left_ordered_matrix,
+)
 
 __all__ = [
     "NGGP",
@@ -23,10 +31,16 @@ __all__ = [
     "GammaProcess",
     "GeneralizedGammaProcess",
     "RecursiveIBP",
+    "RestrictedBernoulliProcess",
+    "RestrictedIBP",
+    "RestrictedIBPInfo",
     "buffet_matrix",
     "canonical_partition",
     "cluster_sizes",
+    "exactly",
     "ibp_capacity",
+    "left_ordered_form",
+    "left_ordered_matrix",
     "num_active_features",
     "num_clusters",
 ]
