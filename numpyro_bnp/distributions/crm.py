@@ -23,8 +23,6 @@ References:
   negative binomial process*, IEEE TPAMI 37, 2015 (the beta-prime process).
 """
 
-import operator
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +32,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
+from numpyro_bnp.distributions._checks import is_concrete, positive_int
 
 __all__ = [
     "BetaPrimeProcess",
@@ -63,25 +62,11 @@ def _composite_rule():
 # ---------------------------------------------------------------------------------------------
 # validation helpers (shared with nrm.py)
 # ---------------------------------------------------------------------------------------------
-def _is_concrete(*values):
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a positive integer, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
 
 
 def _check(condition, name, expected, value):
     """Raise ``ValueError`` naming ``name`` unless ``condition(value)`` holds (concrete values)."""
-    if not _is_concrete(value):
+    if not is_concrete(value):
         return
     array = np.asarray(value, dtype=np.float64)
     if not (np.all(np.isfinite(array)) and np.all(condition(array))):
@@ -97,7 +82,7 @@ def check_ggp_params(mass, sigma, tau):
     _check(lambda m: m > 0, "mass", "finite and > 0", mass)
     _check(lambda s: (s >= 0) & (s < 1), "sigma", "in [0, 1)", sigma)
     _check(lambda t: t >= 0, "tau", "finite and >= 0", tau)
-    if _is_concrete(sigma, tau):
+    if is_concrete(sigma, tau):
         s, t = np.broadcast_arrays(np.asarray(sigma, float), np.asarray(tau, float))
         if np.any((s == 0) & (t == 0)):
             raise ValueError(
@@ -153,7 +138,7 @@ class CompletelyRandomMeasure(Distribution):
     upper = jnp.inf  # largest possible atom
 
     def _init(self, params, truncation, validate_args):
-        self.truncation = _positive_int(truncation, "truncation")
+        self.truncation = positive_int(truncation, "truncation")
         batch_shape = jnp.broadcast_shapes(*(jnp.shape(v) for v in params.values()))
         dtype = jnp.result_type(*params.values(), float)
         for name, value in params.items():
@@ -260,7 +245,7 @@ class CompletelyRandomMeasure(Distribution):
         (truncation,)``. A representation that does not exist for this measure raises
         ``ValueError`` saying why.
         """
-        truncation = _positive_int(truncation, "truncation")
+        truncation = positive_int(truncation, "truncation")
         self._check_representation(representation)
         key_gamma, key_v = random.split(key)
         gammas = self._arrivals(key_gamma, truncation)
@@ -326,8 +311,8 @@ class CompletelyRandomMeasure(Distribution):
             ``"poisson"`` (``h(0|θ) = e^{-θ}``).
         :return: the bound, shape ``batch_shape`` (host-side helper; float64 recommended).
         """
-        truncation = _positive_int(truncation, "truncation")
-        num_obs = _positive_int(num_obs, "num_obs")
+        truncation = positive_int(truncation, "truncation")
+        num_obs = positive_int(num_obs, "num_obs")
         self._check_representation(representation)
         if likelihood not in LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
@@ -479,7 +464,7 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
         return jnp.where(self.tau > 0, tilted, stable)
 
     def _representations(self):
-        gamma = _is_concrete(self.sigma) and bool(np.all(np.asarray(self.sigma) == 0))
+        gamma = is_concrete(self.sigma) and bool(np.all(np.asarray(self.sigma) == 0))
         return {
             "inverse_levy": None,
             "bondesson": None if gamma else "it exists only for sigma = 0 (the gamma process)",
@@ -568,7 +553,7 @@ class BetaProcess(CompletelyRandomMeasure):
     ):
         _check(lambda m: m > 0, "mass", "finite and > 0", mass)
         _check(lambda d: (d >= 0) & (d < 1), "discount", "in [0, 1)", discount)
-        if _is_concrete(concentration, discount):
+        if is_concrete(concentration, discount):
             lam, d = np.broadcast_arrays(
                 np.asarray(concentration, float), np.asarray(discount, float)
             )
@@ -613,7 +598,7 @@ class BetaProcess(CompletelyRandomMeasure):
 
     def _representations(self):
         reasons = {"inverse_levy": None, "bondesson": None, "rejection": None}
-        if _is_concrete(self.concentration, self.discount):
+        if is_concrete(self.concentration, self.discount):
             lam, d = np.asarray(self.concentration), np.asarray(self.discount)
             if not (np.all(d == 0) and np.all(lam >= 1)):
                 reasons["bondesson"] = "it needs discount = 0 and concentration >= 1"

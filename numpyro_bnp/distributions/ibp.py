@@ -8,7 +8,6 @@ References:
   Models*, ICML 2022 (the R-IBP recursion, Eq. 4, and the filtering prior, Eq. 5).
 """
 
-import operator
 import warnings
 
 import jax
@@ -20,6 +19,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
+from numpyro_bnp.distributions._checks import positive_int
 from numpyro_bnp.distributions.crm import BetaProcess
 
 __all__ = ["RecursiveIBP", "buffet_matrix", "ibp_capacity", "num_active_features"]
@@ -59,18 +59,6 @@ def num_active_features(z):
     return jnp.sum(jnp.any(jnp.asarray(z) != 0, axis=-2), axis=-1)
 
 
-def _positive_int(value, name):
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a positive integer, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
-
-
 def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
     """The smallest ``max_features`` that truncates IBP(α, β) with probability ``<= tail_prob``.
 
@@ -79,7 +67,7 @@ def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
     (for array parameters, the largest such ``K`` over them). A host-side helper for choosing
     fixed capacities; not traceable.
     """
-    num_rows = _positive_int(num_rows, "num_rows")
+    num_rows = positive_int(num_rows, "num_rows")
     if not 0.0 < tail_prob < 1.0:
         raise ValueError(f"tail_prob must lie in (0, 1), got {tail_prob}")
     alpha, beta = np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64)
@@ -142,8 +130,8 @@ class RecursiveIBP(Distribution):
     support = buffet_matrix
 
     def __init__(self, alpha, beta=1.0, *, num_rows, max_features, validate_args=None):
-        self.num_rows = _positive_int(num_rows, "num_rows")
-        self.max_features = _positive_int(max_features, "max_features")
+        self.num_rows = positive_int(num_rows, "num_rows")
+        self.max_features = positive_int(max_features, "max_features")
         batch_shape = jnp.broadcast_shapes(jnp.shape(alpha), jnp.shape(beta))
         dtype = jnp.result_type(alpha, beta, float)
         self.alpha = jnp.broadcast_to(jnp.asarray(alpha, dtype), batch_shape)

@@ -28,10 +28,9 @@ from numpyro_bnp._math import (
     nggp_log_v,
     nggp_sample_log_u,
 )
+from numpyro_bnp.distributions._checks import is_concrete, positive_int
 from numpyro_bnp.distributions.crm import (
     GeneralizedGammaProcess,
-    _is_concrete,
-    _positive_int,
     check_ggp_params,
 )
 
@@ -202,7 +201,7 @@ class NGGP(Distribution):
     support = canonical_partition
 
     def __init__(self, mass, sigma, tau=1.0, *, num_points, validate_args=None):
-        self.num_points = _positive_int(num_points, "num_points")
+        self.num_points = positive_int(num_points, "num_points")
         check_ggp_params(mass, sigma, tau)
         batch_shape = jnp.broadcast_shapes(jnp.shape(mass), jnp.shape(sigma), jnp.shape(tau))
         dtype = jnp.result_type(mass, sigma, tau, float)
@@ -228,7 +227,7 @@ class NGGP(Distribution):
             raise TypeError(f"{name} must be an integer array of block labels, got {labels.dtype}")
         if labels.ndim < 1 or labels.shape[-1] < 1:
             raise ValueError(f"{name} must have shape (..., n) with n >= 1, got {labels.shape}")
-        if _is_concrete(labels) and not bool(jnp.all(canonical_partition(labels))):
+        if is_concrete(labels) and not bool(jnp.all(canonical_partition(labels))):
             raise ValueError(
                 f"{name} must be canonical partitions (labels 0, 1, ... in order of first "
                 "appearance); see numpyro_bnp.distributions.nrm.canonical_partition"

@@ -60,6 +60,7 @@ from numpyro.distributions import Categorical, Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import poisson_binomial_log_pmf
+from numpyro_bnp.distributions._checks import is_concrete, positive_int
 
 __all__ = [
     "RestrictedBernoulliProcess",
@@ -83,20 +84,6 @@ _TILT_STEPS = 64
 
 
 # ---------------------------------------------------------------------------- helpers
-def _is_concrete(*values):
-    return not any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a positive integer, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
 
 
 def exactly(count):
@@ -138,12 +125,12 @@ def _count_support_bounds(count_dist):
             "count_dist must have its support on the non-negative integers (a count of features "
             f"per row); {type(count_dist).__name__} has support {support}"
         )
-    if _is_concrete(lower) and np.min(np.asarray(lower)) < 0:
+    if is_concrete(lower) and np.min(np.asarray(lower)) < 0:
         raise ValueError(
             f"count_dist must have its support on the non-negative integers; {support} allows "
             "negative counts"
         )
-    if upper is not None and _is_concrete(upper):
+    if upper is not None and is_concrete(upper):
         upper = int(np.max(np.asarray(upper)))
     return lower, upper
 
@@ -155,7 +142,7 @@ def _check_count_dist(count_dist, max_count, what):
     Poisson) is truncated to ``0..max_count`` and renormalised by :func:`_count_log_pmf`.
     """
     _, upper = _count_support_bounds(count_dist)
-    if isinstance(upper, int) and upper > max_count and _is_concrete(count_dist):
+    if isinstance(upper, int) and upper > max_count and is_concrete(count_dist):
         above = jnp.arange(max_count + 1, upper + 1)
         above = above.reshape((-1,) + (1,) * len(count_dist.batch_shape))
         with warnings.catch_warnings():
@@ -508,7 +495,7 @@ class RestrictedBernoulliProcess(Distribution):
         probs = jnp.asarray(probs)
         if probs.ndim < 1 or probs.shape[-1] < 1:
             raise ValueError(f"probs must have a last axis of atoms, got shape {probs.shape}")
-        if _is_concrete(probs) and not bool(jnp.all((probs >= 0) & (probs <= 1))):
+        if is_concrete(probs) and not bool(jnp.all((probs >= 0) & (probs <= 1))):
             raise ValueError("probs must lie in [0, 1] (no NaN); got values outside")
         num_atoms = probs.shape[-1]
         _check_count_dist(count_dist, num_atoms, "the number of atoms probs.shape[-1]")
@@ -675,16 +662,16 @@ class RestrictedIBP(Distribution):
         max_rejections=1_000_000,
         validate_args=None,
     ):
-        self.num_rows = _positive_int(num_rows, "num_rows")
-        self.max_features = _positive_int(max_features, "max_features")
+        self.num_rows = positive_int(num_rows, "num_rows")
+        self.max_features = positive_int(max_features, "max_features")
         self.method = _check_choice(method, METHODS, "method")
         self.directing = _check_choice(directing, DIRECTING, "directing")
-        self.truncation = None if truncation is None else _positive_int(truncation, "truncation")
+        self.truncation = None if truncation is None else positive_int(truncation, "truncation")
         if self.truncation is not None and self.truncation > self.max_features:
             raise ValueError(
                 f"truncation ({self.truncation}) must not exceed max_features ({self.max_features})"
             )
-        self.max_rejections = _positive_int(max_rejections, "max_rejections")
+        self.max_rejections = positive_int(max_rejections, "max_rejections")
         _check_count_dist(count_dist, self.max_features, "max_features")
         batch_shape = jnp.broadcast_shapes(
             jnp.shape(alpha), jnp.shape(concentration), count_dist.batch_shape
@@ -721,7 +708,7 @@ class RestrictedIBP(Distribution):
         )
         if (
             stick
-            and _is_concrete(self.concentration)
+            and is_concrete(self.concentration)
             and not bool(jnp.all(self.concentration == 1.0))
         ):
             raise ValueError(
@@ -731,13 +718,13 @@ class RestrictedIBP(Distribution):
         if method in ("uncollapsed_rejection", "tilted_rejection", "inclusion"):
             _check_count_dist(self.count_dist, truncation, "truncation")
             weak = self.directing == "weak_limit"
-            if weak and _is_concrete(self.alpha) and not bool(jnp.all(self.alpha < truncation)):
+            if weak and is_concrete(self.alpha) and not bool(jnp.all(self.alpha < truncation)):
                 raise ValueError(
                     f"the weak-limit beta process Beta(cα/I, c - cα/I) needs truncation I "
                     f"({truncation}) > alpha"
                 )
         max_count = truncation
-        if _is_concrete(self.count_dist):
+        if is_concrete(self.count_dist):
             log_f = _count_log_pmf(self.count_dist, truncation, self.batch_shape, self.alpha.dtype)
             finite = np.isfinite(np.asarray(log_f)).reshape(-1, truncation + 1).any(0)
             max_count = int(np.flatnonzero(finite).max()) if finite.any() else 0
@@ -790,7 +777,7 @@ def _check_choice(value, choices, name):
 
 
 def _warn_if_flagged(info, method, max_features, max_rejections):
-    if not _is_concrete(info):
+    if not is_concrete(info):
         return
     exhausted, overflow = int(jnp.sum(info.exhausted)), int(jnp.sum(info.overflow))
     if exhausted:
