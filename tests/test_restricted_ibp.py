@@ -27,9 +27,9 @@ from numpyro_bnp.distributions import (
     left_ordered_form,
     left_ordered_matrix,
 )
+from numpyro_bnp.distributions._conditional_bernoulli import inclusion_log_probs
 from numpyro_bnp.distributions.restricted_ibp import (
     METHODS,
-    _inclusion_log_probs,
     _rows_given_probs,
     _stick_breaking_log_probs,
     _weak_limit_probs,
@@ -172,7 +172,7 @@ def test_esscher_tilt_leaves_the_law_unchanged_and_inclusion_probabilities_sum_t
     lp = RestrictedBernoulliProcess(ATOMS, f).log_prob(ALL_VECTORS)
     lp_tilted = RestrictedBernoulliProcess(tilted, f).log_prob(ALL_VECTORS)
     np.testing.assert_allclose(np.exp(lp_tilted), np.exp(lp), atol=1e-15)
-    incl = np.exp(np.asarray(_inclusion_log_probs(jnp.asarray(ATOMS), 5)))  # (I, J + 1)
+    incl = np.exp(np.asarray(inclusion_log_probs(jnp.asarray(ATOMS), 5)))  # (I, J + 1)
     np.testing.assert_allclose(incl.sum(0), np.arange(6), rtol=1e-12)
 
 
