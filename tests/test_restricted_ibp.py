@@ -28,12 +28,12 @@ from numpyro_bnp.distributions import (
     left_ordered_matrix,
 )
 from numpyro_bnp.distributions._conditional_bernoulli import inclusion_log_probs
-from numpyro_bnp.distributions.restricted_ibp import (
-    METHODS,
+from numpyro_bnp.distributions._restricted_samplers import (
     _rows_given_probs,
     _stick_breaking_log_probs,
     _weak_limit_probs,
 )
+from numpyro_bnp.distributions.restricted_ibp import METHODS
 
 ATOMS = np.array([0.9, 0.5, 0.3, 0.1, 0.05])  # π for the enumeration tests (I = 5)
 ALL_VECTORS = np.array(list(itertools.product((0, 1), repeat=len(ATOMS))), np.int32)
