@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
 from jax.scipy.linalg import cho_solve, solve_triangular
-from jax.scipy.special import logsumexp
+from jax.scipy.special import betaln, logsumexp
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
@@ -74,6 +74,8 @@ class RestrictedGibbsState(NamedTuple):
     :ivar logits: ``(K,)`` ``logit π`` (the exact state; ``π`` itself may round to 0).
     :ivar num_active: features used by at least one row.
     :ivar accept_prob: fraction of rows whose prior-row proposal was accepted in this step.
+    :ivar log_joint: ``log p(O, Z, π)`` with the features integrated out (label-free: use it to
+        compare chains and for convergence diagnostics).
     :ivar rng_key: PRNG key.
     """
 
@@ -82,40 +84,49 @@ class RestrictedGibbsState(NamedTuple):
     logits: jnp.ndarray
     num_active: jnp.ndarray
     accept_prob: jnp.ndarray
+    log_joint: jnp.ndarray
     rng_key: jnp.ndarray
 
 
 # ---------------------------------------------------------------------------- small pieces
 def _slice_sample(key, x0, log_density, width):
-    """One univariate slice-sampling update of ``x0`` (stepping out, then shrinkage; Neal 2003)."""
-    k_y, k_u, k_j, k_s = random.split(key, 4)
+    """One univariate slice-sampling update of ``x0`` (Neal 2003: stepping out, then shrinkage).
+
+    Written as one ``while_loop`` over phases (0: step the left end out, 1: the right end, 2:
+    shrink) so that ``log_density`` is traced twice, not once per loop. The stepping-out budget
+    ``_MAX_STEPS`` is split at random between the ends, which keeps the update exact (Neal 2003
+    §4.1); the shrinkage always ends (the bracket closes in on ``x0``), ``_MAX_SHRINK`` only bounds
+    the loop against rounding.
+    """
+    k_y, k_u, k_j, k_loop = random.split(key, 4)
     log_y = log_density(x0) - random.exponential(k_y, dtype=x0.dtype)
-    left = x0 - width * random.uniform(k_u, dtype=x0.dtype)
+    lo = x0 - width * random.uniform(k_u, dtype=x0.dtype)
     steps_left = jnp.floor(_MAX_STEPS * random.uniform(k_j)).astype(jnp.int32)
 
-    def step_out(direction):
-        def cond(c):
-            return (c[1] > 0) & (log_density(c[0]) > log_y)
-
-        return lambda start, n: lax.while_loop(
-            cond, lambda c: (c[0] + direction, c[1] - 1), (start, n)
-        )[0]
-
-    right = step_out(width)(left + width, _MAX_STEPS - 1 - steps_left)
-    left = step_out(-width)(left, steps_left)
-
-    def shrink(c):
-        _, lo, hi, key, _, it = c
+    def body(c):
+        phase, lo, hi, n_lo, n_hi, _, key, it = c
         key, sub = random.split(key)
-        x = lo + (hi - lo) * random.uniform(sub, dtype=x0.dtype)
-        ok = log_density(x) > log_y
-        lo = jnp.where(~ok & (x < x0), x, lo)
-        hi = jnp.where(~ok & (x >= x0), x, hi)
-        return x, lo, hi, key, ok, it + 1
+        trial = lo + (hi - lo) * random.uniform(sub, dtype=x0.dtype)
+        point = jnp.where(phase == 0, lo, jnp.where(phase == 1, hi, trial))
+        inside = log_density(point) > log_y
+        grow_lo = (phase == 0) & inside & (n_lo > 0)
+        grow_hi = (phase == 1) & inside & (n_hi > 0)
+        shrink = (phase == 2) & ~inside
+        lo = jnp.where(grow_lo, lo - width, jnp.where(shrink & (trial < x0), trial, lo))
+        hi = jnp.where(grow_hi, hi + width, jnp.where(shrink & (trial >= x0), trial, hi))
+        phase = jnp.where(
+            phase == 0,
+            jnp.where(grow_lo, 0, 1),
+            jnp.where(phase == 1, jnp.where(grow_hi, 1, 2), jnp.where(inside, 3, 2)),
+        )
+        return phase, lo, hi, n_lo - grow_lo, n_hi - grow_hi, trial, key, it + 1
 
-    init = (x0, left, right, k_s, jnp.array(False), jnp.array(0))
-    x, *_, done, _ = lax.while_loop(lambda c: ~c[4] & (c[5] < _MAX_SHRINK), shrink, init)
-    return jnp.where(done, x, x0)
+    init = (0, lo, lo + width, steps_left, _MAX_STEPS - 1 - steps_left, x0, k_loop, 0)
+    init = tuple(jnp.asarray(v) for v in init)
+    phase, *_, x, _, _ = lax.while_loop(
+        lambda c: (c[0] < 3) & (c[7] < 2 * _MAX_STEPS + _MAX_SHRINK), body, init
+    )
+    return jnp.where(phase == 3, x, x0)
 
 
 def _log_convolve(a, b):
@@ -152,8 +163,11 @@ def _precision(zf, ratio):
 
 
 # ---------------------------------------------------------------------------- the moves
-def _update_rows(key, z, logits, nums, max_count, fixed_count):
-    """One sweep over the rows (step 1 of the module docstring); returns ``(Z, accepted (N,))``."""
+def _update_rows(key, z, logits, nums, max_count, fixed_count, power=1.0):
+    """One sweep over the rows (step 1 of the module docstring); returns ``(Z, accepted (N,))``.
+
+    ``power`` tempers the likelihood (``p(o_n | ·)^power``; 1 is the posterior).
+    """
     dtype = logits.dtype
     x = nums.obs.astype(dtype)
     noise_var = nums.noise_var.astype(dtype)
@@ -186,7 +200,7 @@ def _update_rows(key, z, logits, nums, max_count, fixed_count):
             return zv @ h, pz, zv @ pz
 
         def log_lik(u, s):
-            return _row_log_lik(x_n, u, s, noise_var)
+            return power * _row_log_lik(x_n, u, s, noise_var)
 
         # (a) independence proposal from the prior row law given π
         count = random.categorical(k_count, log_f_n)
@@ -288,13 +302,45 @@ def _tilt(key, logits, beta_a, beta_b):
 
 
 def _draw_features(key, z, nums, dtype):
-    """``A ~ p(A | Z, O)`` (step 4): mean ``M⁻¹ZᵀO``, covariance ``σ_o² M⁻¹`` per column."""
+    r"""``A ~ p(A | Z, O)`` (step 4) and the collapsed ``log p(O | Z)``.
+
+    The posterior has mean ``M⁻¹ZᵀO`` and covariance ``σ_o² M⁻¹`` per column. With
+    ``r = σ_o²/σ_A²`` (Griffiths & Ghahramani 2011, Eq. 26, by Woodbury):
+    ``log p(O | Z) = -ND/2 log(2πσ_o²) - D/2 (log|M| - K log r)
+    - (tr OᵀO - tr(OᵀZ M⁻¹ ZᵀO)) / (2σ_o²)``.
+    """
     zf = z.astype(dtype)
+    x = nums.obs.astype(dtype)
     noise_var = nums.noise_var.astype(dtype)
-    _, chol = _precision(zf, noise_var / nums.feature_var.astype(dtype))
-    mean = cho_solve((chol, True), zf.T @ nums.obs.astype(dtype))
+    ratio = noise_var / nums.feature_var.astype(dtype)
+    _, chol = _precision(zf, ratio)
+    ztx = zf.T @ x
+    mean = cho_solve((chol, True), ztx)
     eps = random.normal(key, mean.shape, dtype)
-    return mean + jnp.sqrt(noise_var) * solve_triangular(chol.T, eps, lower=False)
+    a = mean + jnp.sqrt(noise_var) * solve_triangular(chol.T, eps, lower=False)
+    (num_rows, dim), num_features = x.shape, z.shape[1]
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+    quad = jnp.sum(x * x) - jnp.sum(ztx * mean)
+    log_lik = (
+        -0.5 * num_rows * dim * jnp.log(2.0 * jnp.pi * noise_var)
+        - 0.5 * dim * (log_det - num_features * jnp.log(ratio))
+        - quad / (2.0 * noise_var)
+    )
+    return a, log_lik
+
+
+def _log_prior(logits, z, nums, max_count):
+    """``log p(π) + log P(Z | π)`` (Beta densities on ``π``, restricted rows; A excluded)."""
+    dtype = logits.dtype
+    lp, lq = jax.nn.log_sigmoid(logits), jax.nn.log_sigmoid(-logits)
+    a, b = nums.beta_a.astype(dtype), nums.beta_b.astype(dtype)
+    log_beta = jnp.sum((a - 1.0) * lp + (b - 1.0) * lq - betaln(a, b))
+    counts = z.sum(1)
+    uses = z.sum(0).astype(dtype)
+    log_pb = poisson_binomial_log_pmf(_clipped_probs(logits)[1], max_count)
+    log_f = jnp.take_along_axis(nums.count_log_pmf.astype(dtype), counts[:, None], 1)[:, 0]
+    rows = jnp.sum(log_f - log_pb[counts]) + jnp.sum(uses * lp + (z.shape[0] - uses) * lq)
+    return log_beta + rows
 
 
 # ---------------------------------------------------------------------------- the kernel
@@ -341,11 +387,14 @@ class RestrictedIBPGibbs(MCMCKernel):
 
     sample_field = "z"
 
-    def __init__(self, model):
+    def __init__(self, model, *, anneal=True):
         if not callable(model):
             raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
         self._model = model
+        self._anneal = bool(anneal)
+        self._num_warmup = 0
         self._spec = None
+        self._read_for = None
         self._batched = False
 
     @property
@@ -411,20 +460,29 @@ class RestrictedIBPGibbs(MCMCKernel):
         return pi, z
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        self._spec = read_restricted_feature_model(
-            self._model, model_args, model_kwargs, engine="RestrictedIBPGibbs"
-        )
+        self._num_warmup = num_warmup
+        cached = self._read_for
+        if cached is None or cached[0] is not model_args or cached[1] is not model_kwargs:
+            # Sequential chains call init once per chain with the same arguments: read the model
+            # and compile the initialisation once (the references keep the identities valid).
+            self._spec = read_restricted_feature_model(
+                self._model, model_args, model_kwargs, engine="RestrictedIBPGibbs"
+            )
+
+            def init_one(key, pi, z):
+                return self._init_one(key, pi, z, model_args, model_kwargs)
+
+            self._read_for = (model_args, model_kwargs, jax.jit(init_one), {})
+        _, _, init_one, batched = self._read_for
         pi, z = self._init_params(init_params)
-
-        def init(key, pi, z):
-            return self._init_one(key, pi, z, model_args, model_kwargs)
-
         if is_prng_key(rng_key):
             self._batched = False
-            return jax.jit(init)(rng_key, pi, z)
+            return init_one(rng_key, pi, z)
         self._batched = True  # chain_method="vectorized": a batch of keys (and of init params)
         in_axes = (0, None if pi is None else 0, None if z is None else 0)
-        return jax.jit(jax.vmap(init, in_axes=in_axes))(rng_key, pi, z)
+        if in_axes not in batched:
+            batched[in_axes] = jax.jit(jax.vmap(init_one, in_axes=in_axes))
+        return batched[in_axes](rng_key, pi, z)
 
     def _init_one(self, rng_key, pi, z, model_args, model_kwargs):
         spec = self._spec
@@ -448,13 +506,14 @@ class RestrictedIBPGibbs(MCMCKernel):
                 keys, probs, suffix, counts
             )
         z = jnp.asarray(z, jnp.int32)
-        a = _draw_features(k_a, z, nums, dtype)
+        a, log_lik = _draw_features(k_a, z, nums, dtype)
         return RestrictedGibbsState(
             i=jnp.zeros((), jnp.int32),
             z=self._values(logits, z, a),
             logits=logits,
             num_active=jnp.sum(z.sum(0) > 0).astype(jnp.int32),
             accept_prob=jnp.zeros((), dtype),
+            log_joint=log_lik + _log_prior(logits, z, nums, spec.max_count),
             rng_key=key,
         )
 
@@ -463,16 +522,20 @@ class RestrictedIBPGibbs(MCMCKernel):
         z, logits = state.z[spec.rows_site], state.logits
         nums = spec.numbers(state.z, model_args, model_kwargs)
         key, k_rows, k_pi, k_tilt, k_a = random.split(state.rng_key, 5)
-        z, accepted = _update_rows(k_rows, z, logits, nums, spec.max_count, spec.fixed_count)
+        power = 1.0
+        if self._anneal and self._num_warmup > 0:  # linear from ~0 to 1 over half the warmup
+            power = jnp.clip((state.i + 1.0) / (0.5 * self._num_warmup), 0.0, 1.0)
+        z, accepted = _update_rows(k_rows, z, logits, nums, spec.max_count, spec.fixed_count, power)
         logits = _update_logits(k_pi, logits, z, nums.beta_a, nums.beta_b, spec.max_count)
         logits = _tilt(k_tilt, logits, nums.beta_a, nums.beta_b)
-        a = _draw_features(k_a, z, nums, logits.dtype)
+        a, log_lik = _draw_features(k_a, z, nums, logits.dtype)
         return RestrictedGibbsState(
             i=state.i + 1,
             z=self._values(logits, z, a),
             logits=logits,
             num_active=jnp.sum(z.sum(0) > 0).astype(jnp.int32),
             accept_prob=jnp.mean(accepted.astype(logits.dtype)),
+            log_joint=log_lik + _log_prior(logits, z, nums, spec.max_count),
             rng_key=key,
         )
 
