@@ -35,6 +35,11 @@ restricted-IBP spec §7.7 and checked against enumeration in the tests):
    ``σ_o² M⁻¹`` per column, ``M = ZᵀZ + σ_o²/σ_A² I``). The rows never use this draw (they are
    collapsed), so it only reports ``A``.
 
+**Warmup tempering.** Single-row moves can stick in local modes of feature models (e.g. one
+feature shared by all rows plus one per pair of true features). During the first half of the
+warmup the row updates see the likelihood to a power rising linearly to 1; after that every step
+leaves the posterior invariant.
+
 Shapes are fixed (``N x K`` rows, ``K`` atoms); ``π`` is kept as logits (tiny atoms underflow in
 float32).
 """
@@ -357,11 +362,15 @@ class RestrictedIBPGibbs(MCMCKernel):
     raises a ``ValueError`` naming the site expected and listing the sites found.
 
     :param model: a NumPyro model such as :func:`numpyro_bnp.models.restricted_linear_gaussian`.
+    :param bool anneal: temper the likelihood during the first half of the warmup (module
+        docstring); the samples after warmup are exact either way.
 
     Samples are a dict with the model's weight (``π``, ``(K,)``), rows (``Z``, ``(N, K)``) and
     feature (``A``, ``(K, D)``) sites. Feature labels are not identified: summarise label-free
-    functions (sorted ``π``, ``num_active``, row counts) when computing ESS or R-hat. Extra fields:
-    ``num_active``, ``accept_prob`` (fraction of rows whose prior-row proposal was accepted).
+    functions (sorted ``π``, ``num_active``, row counts, ``log_joint``) when computing ESS or
+    R-hat. Extra fields: ``num_active``, ``accept_prob`` (fraction of rows whose prior-row proposal
+    was accepted), ``log_joint`` (``log p(O, Z, π)``, features integrated out; compare chains
+    with it — a chain stuck in a local mode has a clearly lower value).
     ``init_params`` may give the weight and/or rows site values (constrained); missing ones are
     drawn from the prior, the features from their posterior.
 
