@@ -179,7 +179,7 @@ def test_prior_only_run_recovers_the_prior():
     pi, z = np.asarray(samples["pi"]), np.asarray(samples["Z"])
 
     # the prior: π_k ~ Beta(α/K, 1 - α/K) i.i.d., rows exact restricted-Bernoulli draws
-    draws = 20_000
+    draws = 8_000
     shape = alpha / num_features
     key_pi, key_z = random.split(random.PRNGKey(1))
     pi_ref = np.asarray(random.beta(key_pi, shape, 1.0 - shape, (draws, num_features)))
@@ -204,14 +204,17 @@ def test_prior_only_run_recovers_the_prior():
 
 
 def test_recovers_features_and_row_count():
-    """Synthetic data, exactly J = 2 of 4 features per row: the features up to permutation.
+    """Synthetic data, exactly J = 2 of 5 features per row: the features up to permutation.
 
-    Collapsed Gibbs samplers for feature models can get stuck in a mode where one feature is
-    shared by all rows and each pair of true features gets its own; chains are therefore compared
-    by the label-free ``log_joint`` diagnostic and the best one is checked.
+    Single-row Gibbs moves can stick in a mode where one feature is shared by all rows and each
+    pair of true features gets its own; chains are therefore compared by the label-free
+    ``log_joint`` diagnostic and the best one is checked (about half of the chains reach the
+    truth after this warmup). Five features, not four: with four and J = 2, ``B_i = S/2 - A_i``
+    (``S`` the sum of the features) with every row switched to the complementary pair explains
+    the data equally well — the model is not identifiable there.
     """
     rng = np.random.default_rng(0)
-    num_rows, dim, true_k, count, sigma_o = 60, 16, 4, 2, 0.2
+    num_rows, dim, true_k, count, sigma_o = 60, 16, 5, 2, 0.2
     features = rng.normal(size=(true_k, dim))
     z_true = np.zeros((num_rows, true_k), int)
     for n in range(num_rows):
@@ -224,13 +227,13 @@ def test_recovers_features_and_row_count():
         count_dist=exactly(count),
         alpha=2.0,
         sigma_o=sigma_o,
-        max_features=8,
+        max_features=10,
     )
     mcmc = MCMC(
         RestrictedIBPGibbs(model),
-        num_warmup=300,
+        num_warmup=500,
         num_samples=100,
-        num_chains=4,
+        num_chains=8,
         chain_method="vectorized",
         progress_bar=False,
     )
@@ -241,7 +244,7 @@ def test_recovers_features_and_row_count():
     z, a = np.asarray(samples["Z"])[best], np.asarray(samples["A"])[best]
     assert (z.sum(-1) == count).all()
     assert (np.asarray(extra["num_active"])[best] == true_k).mean() > 0.9
-    # posterior sd of a feature entry is about σ_o / sqrt(30) = 0.04
+    # posterior sd of a feature entry is about σ_o / sqrt(24) = 0.04
     errors = []
     for zs, as_ in zip(z, a, strict=True):
         used = zs.sum(0) > 0

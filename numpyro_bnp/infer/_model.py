@@ -379,11 +379,18 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
     noise = np.random.default_rng(0)
 
     def stand_in(site):
-        # A fixed random binary matrix instead of an exact (slow, eager) draw of the rows: only
-        # the shape and the linear-Gaussian check need a value, and any binary value serves.
-        fn = site["fn"]
-        if isinstance(_unwrap(fn), RestrictedBernoulliProcess) and site["value"] is None:
+        # Fixed random values instead of (slow, eager) draws of the rows, weights and features:
+        # only the shapes, the weights-are-probs check and the linear-Gaussian check need values,
+        # and any value in the support serves.
+        fn, base = site["fn"], _unwrap(site["fn"])
+        if site["value"] is not None:
+            return None
+        if isinstance(base, RestrictedBernoulliProcess):
             return jnp.asarray(noise.integers(0, 2, fn.shape()), jnp.int32)
+        if isinstance(base, dist.Beta):
+            return jnp.asarray(noise.uniform(0.05, 0.95, fn.shape()), jnp.result_type(float))
+        if isinstance(base, dist.Normal):
+            return jnp.asarray(noise.normal(size=fn.shape()), jnp.result_type(float))
         return None
 
     model = handlers.substitute(model, substitute_fn=stand_in)

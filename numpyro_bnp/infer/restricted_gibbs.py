@@ -371,8 +371,9 @@ class RestrictedIBPGibbs(MCMCKernel):
     R-hat. Extra fields: ``num_active``, ``accept_prob`` (fraction of rows whose prior-row proposal
     was accepted), ``log_joint`` (``log p(O, Z, π)``, features integrated out; compare chains
     with it — a chain stuck in a local mode has a clearly lower value).
-    ``init_params`` may give the weight and/or rows site values (constrained); missing ones are
-    drawn from the prior, the features from their posterior.
+    ``init_params`` may give the weight and/or rows site values (constrained); otherwise ``π``
+    starts at its prior mean and the rows are drawn from their prior law given it (different for
+    each chain); the features are drawn from their posterior.
 
     **Example**
 
@@ -497,12 +498,9 @@ class RestrictedIBPGibbs(MCMCKernel):
         spec = self._spec
         dtype = jnp.result_type(float)
         nums = spec.numbers(self._placeholder(dtype), model_args, model_kwargs)
-        key, k_pi, k_count, k_rows, k_a = random.split(rng_key, 5)
-        if pi is None:  # logit of Beta(a, b) = log G_a - log G_b, exact for tiny atoms
-            k_ga, k_gb = random.split(k_pi)
-            logits = random.loggamma(k_ga, nums.beta_a.astype(dtype)) - random.loggamma(
-                k_gb, nums.beta_b.astype(dtype)
-            )
+        key, k_count, k_rows, k_a = random.split(rng_key, 4)
+        if pi is None:  # the prior mean a / (a + b); the first π update moves it (cheap to compile)
+            logits = jnp.log(nums.beta_a.astype(dtype)) - jnp.log(nums.beta_b.astype(dtype))
         else:
             pi = jnp.clip(jnp.asarray(pi, dtype), jnp.finfo(dtype).tiny, 1.0 - jnp.finfo(dtype).eps)
             logits = jnp.log(pi) - jnp.log1p(-pi)
