@@ -19,6 +19,7 @@ __all__ = [
     "log_upper_gamma_neg",
     "nggp_log_v",
     "nggp_sample_log_u",
+    "poisson_binomial_add_atom",
     "poisson_binomial_log_pmf",
     "poisson_interval_probs",
 ]
@@ -526,6 +527,19 @@ def log_beta_levy_tail(x, discount, b):
 
 
 # ---------------------------------------------------------------------------- Poisson-binomial
+def poisson_binomial_add_atom(log_pmf, log_p, log_q):
+    """One step of the DP of :func:`poisson_binomial_log_pmf`: add a ``Bernoulli(π)`` atom.
+
+    :param log_pmf: ``(..., M + 1)`` log pmf of a count on ``0..M`` (counts above ``M`` dropped).
+    :param log_p, log_q: ``log π`` and ``log(1 - π)``, broadcastable to ``log_pmf.shape[:-1]``.
+    :return: the log pmf of the count plus the atom, same shape.
+    """
+    log_p, log_q = jnp.asarray(log_p), jnp.asarray(log_q)
+    empty = jnp.full((*log_pmf.shape[:-1], 1), -jnp.inf, log_pmf.dtype)
+    shifted = jnp.concatenate([empty, log_pmf[..., :-1]], axis=-1)
+    return jnp.logaddexp(log_pmf + log_q[..., None], shifted + log_p[..., None])
+
+
 def poisson_binomial_log_pmf(probs, max_count, *, prefixes=False):
     r"""Log pmf of the Poisson-binomial count ``S = Σ_i z_i``, ``z_i ~ Bernoulli(probs[..., i])``.
 
@@ -555,12 +569,9 @@ def poisson_binomial_log_pmf(probs, max_count, *, prefixes=False):
     log_q = jnp.moveaxis(jnp.log1p(-probs), -1, 0)
     init = jnp.full((*probs.shape[:-1], max_count + 1), -jnp.inf, probs.dtype)
     init = init.at[..., 0].set(0.0)
-    empty = jnp.full((*probs.shape[:-1], 1), -jnp.inf, probs.dtype)
 
     def step(table, atom):
-        lp, lq = atom
-        shifted = jnp.concatenate([empty, table[..., :-1]], axis=-1)
-        new = jnp.logaddexp(table + lq[..., None], shifted + lp[..., None])
+        new = poisson_binomial_add_atom(table, *atom)
         return new, (new if prefixes else None)
 
     last, rows = lax.scan(step, init, (log_p, log_q))

@@ -7,7 +7,9 @@ Plain model functions: copy one and edit it, run it under NumPyro's own engines 
 * :func:`linear_gaussian` — the linear-Gaussian latent feature model (Griffiths & Ghahramani 2011;
   Schaeffer et al. 2022, App. B.2);
 * :func:`factor_analysis` — the same with a Gaussian weight per used feature (Schaeffer et al. 2022,
-  App. B.3).
+  App. B.3);
+* :func:`restricted_linear_gaussian` — the linear-Gaussian model with a restricted IBP prior: a
+  chosen law for the number of features per row (Doshi-Velez & Williamson 2017).
 
 The observation means are written as ``Z @ A`` (resp. ``(Z * W) @ A``) so that the number of rows
 follows the rows of ``Z``: the streaming engines evaluate the likelihood one row at a time by
@@ -18,9 +20,9 @@ import jax
 import numpyro
 import numpyro.distributions as dist
 
-from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
+from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess, ibp_capacity
 
-__all__ = ["factor_analysis", "linear_gaussian"]
+__all__ = ["factor_analysis", "linear_gaussian", "restricted_linear_gaussian"]
 
 
 def _capacity(alpha, beta, num_obs, max_features):
@@ -92,3 +94,59 @@ def factor_analysis(
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
     w = numpyro.sample("W", dist.Normal(0.0, sigma_w).expand([num_obs, num_features]).to_event(2))
     return numpyro.sample("obs", dist.Normal((z * w) @ a, sigma_o).to_event(2), obs=obs)
+
+
+def restricted_linear_gaussian(
+    obs=None,
+    *,
+    num_obs,
+    dim,
+    count_dist,
+    alpha=1.0,
+    concentration=1.0,
+    sigma_a=1.0,
+    sigma_o=0.1,
+    max_features=None,
+):
+    r"""Linear-Gaussian latent feature model with a restricted IBP prior (weak-limit truncation).
+
+    .. math::
+        π_k \sim \mathrm{Beta}(cα/K,\; c - cα/K), \quad
+        z_n \mid π \sim \mathrm{RBeP}(π, f), \quad A_k \sim N(0, σ_A^2 I_D), \quad
+        o_n \mid Z, A \sim N(z_n A, σ_o^2 I_D),
+
+    ``k = 1..K``, ``n = 1..N``: the weak-limit beta process (paper B Eq. 13) with ``K`` atoms, and
+    rows from the :class:`~numpyro_bnp.distributions.RestrictedBernoulliProcess` whose number of
+    ones has law ``f`` = ``count_dist`` exactly (paper B Eq. 5). As ``K`` grows the prior on ``Z``
+    tends to the R-IBP(c, α, f). Posterior inference:
+    :class:`~numpyro_bnp.infer.RestrictedIBPGibbs`.
+
+    Sites: ``pi`` ``(K,)``, ``Z`` ``(num_obs, K)`` binary, ``A`` ``(K, dim)``, ``obs``
+    ``(num_obs, dim)``.
+
+    :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
+    :param int num_obs: number of rows ``N``.
+    :param int dim: observation dimension ``D``.
+    :param count_dist: law ``f`` of the number of features per row: a scalar NumPyro distribution
+        on the non-negative integers (``dist.Poisson(3.0)``, ``dist.Categorical(p)``,
+        :func:`~numpyro_bnp.distributions.exactly`), or one with batch shape ``(num_obs,)`` (a
+        law per row: the partially exchangeable R-IBP of paper B §4); unbounded laws are cut to
+        ``0..K`` and renormalised.
+    :param alpha: beta-process mass α, ``0 < α < K`` (the prior mean of ``Σ_k π_k``).
+    :param concentration: beta-process concentration ``c > 0``.
+    :param sigma_a: prior standard deviation σ_A of each feature entry.
+    :param sigma_o: observation noise standard deviation σ_o.
+    :param max_features: number of atoms ``K``; ``None`` picks the IBP(α, c) capacity of
+        :func:`~numpyro_bnp.distributions.ibp_capacity` (more features than ``num_obs`` IBP rows
+        use with probability below 1e-6).
+    """
+    num_features = _capacity(alpha, concentration, num_obs, max_features)
+    shape = concentration * alpha / num_features
+    pi = numpyro.sample(
+        "pi", dist.Beta(shape, concentration - shape).expand([num_features]).to_event(1)
+    )
+    z = numpyro.sample(
+        "Z", RestrictedBernoulliProcess(pi, count_dist).expand([num_obs]).to_event(1)
+    )
+    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    return numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(2), obs=obs)

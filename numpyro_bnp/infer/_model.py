@@ -19,19 +19,38 @@ Latent feature models (:func:`read_feature_model`) need
 When the observed site is ``Normal`` with mean ``Z @ A`` (linear-Gaussian) or ``(Z * W) @ A``
 (factor analysis) at the traced values, the engines can use closed-form updates; this is checked
 numerically on the trace, not assumed from names.
+
+Restricted-IBP feature models (:func:`read_restricted_feature_model`) need
+
+* exactly one sample site whose distribution is a
+  :class:`~numpyro_bnp.distributions.RestrictedBernoulliProcess` with value shape ``(N, K)`` (the
+  rows ``Z``; one law ``f`` for all rows or one per row);
+* the **weight site**: a ``Beta`` site of shape ``(K,)`` whose value is the ``probs`` of every row
+  (the truncated beta process ``π``);
+* an **observed** ``(N, D)`` site, ``Normal`` with mean ``Z @ A`` and one variance;
+* a ``Normal`` ``(K, D)`` feature site with mean 0 and one variance;
+* no other latent sample site.
 """
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
 
-from numpyro_bnp.distributions.ibp import RecursiveIBP
+from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess
 
-__all__ = ["FeatureModel", "read_feature_model"]
+__all__ = [
+    "FeatureModel",
+    "RestrictedFeatureModel",
+    "RestrictedNumbers",
+    "read_feature_model",
+    "read_restricted_feature_model",
+]
 
 
 def _unwrap(fn):
@@ -57,6 +76,47 @@ def _normal_params(site, shape):
     loc = np.broadcast_to(np.asarray(base.loc, np.float64), shape)
     var = np.broadcast_to(np.asarray(base.scale, np.float64) ** 2, shape)
     return loc, var
+
+
+def _observed_site(rest, num_rows, prior, fail):
+    """The observed site among ``rest`` (the sites after the prior's): the one observed site, or
+    the last site when the model is traced without data; its value must be ``(num_rows, D)``."""
+    observed = [s for s in rest if s["is_observed"]]
+    if len(observed) > 1:
+        fail("at most one observed site")
+    if not rest:
+        fail(f"an observed site after the {prior} site")
+    obs = observed[0] if observed else rest[-1]
+    obs_shape = tuple(jnp.shape(obs["value"]))
+    if len(obs_shape) != 2 or obs_shape[0] != num_rows:
+        fail(f"an observed site of shape (num_rows={num_rows}, D), got {obs_shape}")
+    return obs
+
+
+def _feature_site(latent, max_features, dim, fail):
+    """The one ``Normal`` latent site of shape ``(K, D)`` among ``latent``."""
+    features = [
+        s
+        for s in latent
+        if isinstance(_unwrap(s["fn"]), dist.Normal)
+        and tuple(jnp.shape(s["value"])) == (max_features, dim)
+    ]
+    if len(features) != 1:
+        fail(f"exactly one Normal feature site of shape (K={max_features}, D={dim})")
+    return features[0]
+
+
+def _linear_gaussian_noise_var(obs, z, a):
+    """``(D,)`` noise variance if ``obs`` is ``Normal`` with mean ``z @ a`` (checked numerically at
+    the traced values) and one variance per column, else ``None``."""
+    if not isinstance(_unwrap(obs["fn"]), dist.Normal):
+        return None
+    z, a = np.asarray(z, np.float64), np.asarray(a, np.float64)
+    loc, var = _normal_params(obs, tuple(jnp.shape(obs["value"])))
+    scale = np.sqrt(np.abs(z) @ np.abs(a)) + 1.0
+    if np.all(np.abs(loc - z @ a) <= 1e-4 * scale) and np.all(var == var[:1]):
+        return var[0].copy()
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,27 +211,12 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     num_rows, max_features = fn.num_rows, fn.max_features
 
     rest = [s for s in sites if s is not ibp]
-    observed = [s for s in rest if s["is_observed"]]
-    if len(observed) > 1:
-        fail("at most one observed site")
-    if not rest:
-        fail("an observed site after the RecursiveIBP site")
-    obs = observed[0] if observed else rest[-1]
+    obs = _observed_site(rest, num_rows, "RecursiveIBP", fail)
     obs_shape = tuple(jnp.shape(obs["value"]))
-    if len(obs_shape) != 2 or obs_shape[0] != num_rows:
-        fail(f"an observed site of shape (num_rows={num_rows}, D), got {obs_shape}")
     dim = obs_shape[1]
 
     latent = [s for s in rest if s is not obs]
-    features = [
-        s
-        for s in latent
-        if isinstance(_unwrap(s["fn"]), dist.Normal)
-        and tuple(jnp.shape(s["value"])) == (max_features, dim)
-    ]
-    if len(features) != 1:
-        fail(f"exactly one Normal feature site of shape (K={max_features}, D={dim})")
-    features = features[0]
+    features = _feature_site(latent, max_features, dim, fail)
     weights = [
         s
         for s in latent
@@ -217,16 +262,222 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
         )
 
     # Closed-form likelihood? Normal with mean Z @ A or (Z * W) @ A at the traced values.
-    base = _unwrap(obs["fn"])
+    z = np.asarray(ibp["value"], np.float64)
+    if weights is not None:
+        z = z * np.asarray(weights["value"], np.float64)
+    noise_var = _linear_gaussian_noise_var(obs, z, features["value"])
     likelihood = "generic"
-    if isinstance(base, dist.Normal):
-        z, a = np.asarray(ibp["value"], np.float64), np.asarray(features["value"], np.float64)
-        if weights is not None:
-            z = z * np.asarray(weights["value"], np.float64)
-        loc, var = _normal_params(obs, obs_shape)
-        scale = np.sqrt(np.abs(z) @ np.abs(a)) + 1.0
-        if np.all(np.abs(loc - z @ a) <= 1e-4 * scale) and np.all(var == var[:1]):
-            likelihood = "linear_gaussian" if weights is None else "factor_analysis"
-            spec["noise_var"] = var[0].copy()
+    if noise_var is not None:
+        likelihood = "linear_gaussian" if weights is None else "factor_analysis"
+        spec["noise_var"] = noise_var
     spec["likelihood"] = likelihood
     return FeatureModel(**spec)
+
+
+# ---------------------------------------------------------------------------- restricted IBP
+class RestrictedNumbers(NamedTuple):
+    """The numbers of a restricted-IBP linear-Gaussian model at given argument values.
+
+    :ivar obs: ``(N, D)`` observations.
+    :ivar beta_a, beta_b: ``(K,)`` parameters of the ``Beta`` prior of each ``π_k``.
+    :ivar count_log_pmf: ``(N, max_count + 1)`` ``log f̃_n(J)``: row ``n``'s count law as its
+        :class:`~numpyro_bnp.distributions.RestrictedBernoulliProcess` defines it (cut to
+        ``0..K`` and renormalised), ``-inf`` off its support.
+    :ivar feature_var: prior variance ``σ_A²`` of every feature entry (scalar).
+    :ivar noise_var: observation noise variance ``σ_o²`` (scalar).
+    """
+
+    obs: jnp.ndarray
+    beta_a: jnp.ndarray
+    beta_b: jnp.ndarray
+    count_log_pmf: jnp.ndarray
+    feature_var: jnp.ndarray
+    noise_var: jnp.ndarray
+
+
+def _scalar_param(x, shape):
+    return jnp.reshape(jnp.broadcast_to(x, shape), (-1,))[0]
+
+
+def _count_log_pmf(rows_fn, num_rows, max_features, max_count):
+    """``log f̃_n(J)``, ``(N, max_count + 1)``, through the rows' own distribution.
+
+    With all probabilities 1/2 the vector ``z_J`` (``J`` leading ones) has
+    ``log P(z_J) = log f̃(J) - log C(K, J)`` (the Bernoulli factors cancel against the
+    Poisson-binomial normaliser ``C(K, J) 2^{-K}``), so the count law is read exactly as the
+    distribution defines it, renormalisation and support included.
+    """
+    half = RestrictedBernoulliProcess(jnp.full((max_features,), 0.5), rows_fn.count_dist)
+    counts = jnp.arange(max_count + 1)
+    z = (jnp.arange(max_features)[None, :] < counts[:, None]).astype(jnp.int32)
+    lp = half.log_prob(z.reshape((max_count + 1,) + (1,) * len(half.batch_shape) + (-1,)))
+    log_binom = gammaln(max_features + 1.0) - gammaln(counts + 1.0)
+    log_binom = log_binom - gammaln(max_features - counts + 1.0)
+    lp = jnp.moveaxis(lp + log_binom.reshape((-1,) + (1,) * len(half.batch_shape)), 0, -1)
+    lp = lp - logsumexp(lp, axis=-1, keepdims=True)  # exact normalisation (rounding only)
+    return jnp.broadcast_to(lp, (num_rows, max_count + 1))
+
+
+@dataclass(frozen=True, eq=False)
+class RestrictedFeatureModel:
+    """The sites and static sizes of a restricted-IBP linear-Gaussian model (see the module
+    docstring); :meth:`numbers` reads the numeric parameters, traceably, at any argument values.
+
+    :ivar max_count: the largest row count any row's ``f`` allows (at most ``K``).
+    :ivar fixed_count: every row's ``f`` is a point mass (the row counts never change).
+    :ivar count_support: ``(N, max_count + 1)`` bool, ``f_n(J) > 0``.
+    """
+
+    model: object
+    weight_site: str
+    rows_site: str
+    feature_site: str
+    obs_site: str
+    num_rows: int
+    max_features: int
+    dim: int
+    max_count: int
+    fixed_count: bool
+    count_support: np.ndarray
+    site_summary: tuple = field(default=())
+
+    def numbers(self, values, model_args=(), model_kwargs=None):
+        """:class:`RestrictedNumbers` of the model run with the latent sites set to ``values``.
+
+        Pure and traceable (under ``jit`` the arguments may be tracers), so an engine can read the
+        data and hyperparameters inside its compiled step. ``values`` maps the weight, rows and
+        feature site names to values of their shapes.
+        """
+        model = handlers.substitute(handlers.seed(self.model, rng_seed=0), data=values)
+        tr = handlers.trace(model).get_trace(*model_args, **(model_kwargs or {}))
+        k, d = self.max_features, self.dim
+        beta = _unwrap(tr[self.weight_site]["fn"])
+        rows = _unwrap(tr[self.rows_site]["fn"])
+        feature = _unwrap(tr[self.feature_site]["fn"])
+        noise = _unwrap(tr[self.obs_site]["fn"])
+        return RestrictedNumbers(
+            obs=jnp.asarray(tr[self.obs_site]["value"]),
+            beta_a=jnp.broadcast_to(beta.concentration1, (k,)),
+            beta_b=jnp.broadcast_to(beta.concentration0, (k,)),
+            count_log_pmf=_count_log_pmf(rows, self.num_rows, k, self.max_count),
+            feature_var=_scalar_param(feature.scale, (k, d)) ** 2,
+            noise_var=_scalar_param(noise.scale, (self.num_rows, d)) ** 2,
+        )
+
+
+def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
+    """Trace ``model(*model_args, **model_kwargs)`` once and locate its restricted-IBP sites.
+
+    :param model: a NumPyro model function (e.g.
+        :func:`numpyro_bnp.models.restricted_linear_gaussian` with data).
+    :param str engine: the engine's name, used in error messages.
+    :return: a :class:`RestrictedFeatureModel`.
+    :raises ValueError: naming the expected site and listing the sites found.
+    """
+    model_kwargs = dict(model_kwargs or {})
+    user_model = model
+    noise = np.random.default_rng(0)
+
+    def stand_in(site):
+        # Fixed random values instead of (slow, eager) draws of the rows, weights and features:
+        # only the shapes, the weights-are-probs check and the linear-Gaussian check need values,
+        # and any value in the support serves.
+        fn, base = site["fn"], _unwrap(site["fn"])
+        if site["value"] is not None:
+            return None
+        if isinstance(base, RestrictedBernoulliProcess):
+            return jnp.asarray(noise.integers(0, 2, fn.shape()), jnp.int32)
+        if isinstance(base, dist.Beta):
+            return jnp.asarray(noise.uniform(0.05, 0.95, fn.shape()), jnp.result_type(float))
+        if isinstance(base, dist.Normal):
+            return jnp.asarray(noise.normal(size=fn.shape()), jnp.result_type(float))
+        return None
+
+    model = handlers.substitute(model, substitute_fn=stand_in)
+    with jax.ensure_compile_time_eval():
+        tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **model_kwargs)
+    sites = [s for s in tr.values() if s["type"] == "sample"]
+    summary = tuple(_describe(s) for s in sites)
+    found = "; ".join(summary) or "no sample sites"
+
+    def fail(expected):
+        raise ValueError(f"{engine} expected {expected}; the model has: {found}")
+
+    rows = [s for s in sites if isinstance(_unwrap(s["fn"]), RestrictedBernoulliProcess)]
+    if len(rows) != 1:
+        fail(
+            "exactly one sample site with a RestrictedBernoulliProcess distribution, "
+            f"found {len(rows)}"
+        )
+    rows = rows[0]
+    shape = tuple(jnp.shape(rows["value"]))
+    if len(shape) != 2:
+        fail(f"a RestrictedBernoulliProcess site {rows['name']!r} of shape (N, K), got {shape}")
+    num_rows, max_features = shape
+    rows_fn = _unwrap(rows["fn"])
+    if rows_fn.batch_shape not in ((), (num_rows,)):
+        fail(
+            f"one count law for all rows or one per row at {rows['name']!r} (batch shape () or "
+            f"({num_rows},)), got batch shape {rows_fn.batch_shape}"
+        )
+
+    weights = [
+        s
+        for s in sites
+        if isinstance(_unwrap(s["fn"]), dist.Beta)
+        and tuple(jnp.shape(s["value"])) == (max_features,)
+        and not s["is_observed"]
+    ]
+    if len(weights) != 1:
+        fail(f"exactly one Beta weight site of shape (K={max_features},), found {len(weights)}")
+    weights = weights[0]
+    probs = np.broadcast_to(np.asarray(rows_fn.probs), shape)
+    if not np.array_equal(probs, np.broadcast_to(np.asarray(weights["value"]), shape)):
+        fail(
+            f"the probabilities of {rows['name']!r} to be the value of the Beta site "
+            f"{weights['name']!r} for every row"
+        )
+
+    rest = [s for s in sites if s is not rows and s is not weights]
+    obs = _observed_site(rest, num_rows, "RestrictedBernoulliProcess", fail)
+    if not obs["is_observed"]:
+        fail(f"data at the observed site {obs['name']!r} (pass the observations)")
+    dim = tuple(jnp.shape(obs["value"]))[1]
+    latent = [s for s in rest if s is not obs]
+    features = _feature_site(latent, max_features, dim, fail)
+    others = [s["name"] for s in latent if s is not features]
+    if others:
+        fail(
+            "only the Beta weight, RestrictedBernoulliProcess, feature and observed sites "
+            f"(unexpected latent sites: {others})"
+        )
+    loc, var = _normal_params(features, (max_features, dim))
+    if not (np.all(loc == 0.0) and np.all(var == var.flat[0])):
+        fail(f"a feature site {features['name']!r} with prior mean 0 and one variance")
+    noise_var = _linear_gaussian_noise_var(obs, rows["value"], features["value"])
+    if noise_var is None or not np.all(noise_var == noise_var[0]):
+        fail(
+            f"a linear-Gaussian observed site {obs['name']!r}: Normal with mean "
+            f"{rows['name']} @ {features['name']} and one noise variance"
+        )
+
+    read_counts = jax.jit(_count_log_pmf, static_argnums=(1, 2, 3))  # one compile, not per op
+    log_f = np.asarray(read_counts(rows_fn, num_rows, max_features, max_features))
+    support = np.isfinite(log_f)
+    if not support.any(axis=1).all():
+        fail(f"a count law with mass on 0..K={max_features} for every row of {rows['name']!r}")
+    max_count = int(np.flatnonzero(support.any(axis=0)).max())
+    return RestrictedFeatureModel(
+        model=user_model,
+        weight_site=weights["name"],
+        rows_site=rows["name"],
+        feature_site=features["name"],
+        obs_site=obs["name"],
+        num_rows=num_rows,
+        max_features=max_features,
+        dim=dim,
+        max_count=max_count,
+        fixed_count=bool((support.sum(axis=1) == 1).all()),
+        count_support=support[:, : max_count + 1],
+        site_summary=summary,
+    )
