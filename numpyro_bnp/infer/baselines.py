@@ -214,6 +214,16 @@ def _finish(key, z, x, cfg, i, saturated):
     )
 
 
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _init_chain(key, z, x, cfg):
+    """Initial state from ``z`` ``(N, K)``, or from a draw of the IBP prior if ``z`` is None."""
+    key, key_z = random.split(key)
+    if z is None:
+        prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
+        z = prior.sample(key_z)
+    return _finish(key, z, x, cfg, 0, num_active_features(z) >= cfg.capacity)
+
+
 def _row_update(n, carry, x, cfg):
     """Resample row ``n`` of ``z`` (steps 1-3 of the module docstring)."""
     z, ztz, ztx, cov, mean, key, max_active = carry
@@ -393,19 +403,13 @@ class AcceleratedIBPGibbs(MCMCKernel):
                 raise ValueError(f"init_params[{cfg.z_site!r}] must have shape {expected}")
             if not bool(jnp.all((z0 == 0) | (z0 == 1))):
                 raise ValueError(f"init_params[{cfg.z_site!r}] must be binary")
-        prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
 
-        def init_one(key, z):
-            key, key_z = random.split(key)
-            if z is None:
-                z = prior.sample(key_z)
-            return _finish(key, z, x, cfg, 0, num_active_features(z) >= cfg.capacity)
+        def init_fn(key, z):
+            return _init_chain(key, z, x, cfg)
 
-        if z0 is None:
-            init_fn = jax.jit(lambda key: init_one(key, None))
-            return (jax.vmap(init_fn) if self._batched else init_fn)(rng_key)
-        init_fn = jax.jit(init_one)
-        return (jax.vmap(init_fn) if self._batched else init_fn)(rng_key, z0)
+        if self._batched:
+            init_fn = jax.vmap(init_fn, in_axes=(0, None if z0 is None else 0))
+        return init_fn(rng_key, z0)
 
     def sample(self, state, model_args, model_kwargs):
         cfg = self._cfg
