@@ -47,7 +47,9 @@ from numpyro_bnp.models import linear_gaussian
 SIGMA, SIGMA0, MASS = 0.2, 0.5, 1.0
 SIZES = (500, 1000, 2000, 5000, 10000)
 QUICK_SIZES = (200, 400, 800)
-FIGURE = os.path.join(os.path.dirname(__file__), "..", "docs", "figures", "crm_slice_scaling.png")
+FIGURE = os.path.normpath(
+    os.path.join(os.path.dirname(__file__), "..", "docs", "figures", "crm_slice_scaling.png")
+)
 
 
 def paper_sizes(num_rows):
