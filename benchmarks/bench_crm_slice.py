@@ -181,9 +181,11 @@ def plot(results, engines, path):
             ax.loglog(
                 n, [r[key] for r in rows], "o-", label=f"{engine} (slope {slope(rows, key):.2f})"
             )
+            sat = [r for r in rows if r["K_max"] >= r["capacity"]]
+            ax.loglog([r["N"] for r in sat], [r[key] for r in sat], "rx", ms=10)
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title)
-        ax.set_xlabel("N")
+        ax.set_xlabel("N (red x: saturated, truncated chain)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
