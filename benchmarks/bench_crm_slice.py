@@ -1,0 +1,293 @@
+"""Scaling of the CRM slice sampler vs the accelerated collapsed Gibbs sampler (reduced size).
+
+    python benchmarks/bench_crm_slice.py                                  # both engines
+    python benchmarks/bench_crm_slice.py --engines accelerated_gibbs --quick
+    python benchmarks/bench_crm_slice.py --max-seconds 120 --sizes 500 1000 2000
+
+The scaling experiment of the slice sampler for general CRMs (Section 5 of that paper) at reduced
+size: data from a truncated beta-Bernoulli linear-Gaussian model with noise σ = 0.2, feature scale
+σ_0 = 0.5 and mass c = 1 (θ_k = exp(-Γ_k / c), the Bondesson / inverse-Lévy series of the beta
+process with concentration 1, truncated at K = 2⌈log N⌉ atoms; X_nk ~ Bernoulli(θ_k),
+ψ_k ~ N(0, σ_0² I_D), y_n ~ N(X_n ψ, σ² I_D)), with D = 2⌈N log N / (N - log N)⌉.
+
+Both engines run ``numpyro.infer.MCMC(engine(models.linear_gaussian), ...)`` on the same model
+(IBP(α = c, β = 1) prior, σ_A = σ_0, σ_o = σ, the model's default capacity), one chain each. For
+each N the script times the sampling phase (after a separate warm-up call; the wall time minus
+the time JAX spent compiling, measured with ``jax.monitoring``), computes with ``arviz.ess`` the
+ESS of the parity test function (1 if Z has an even number of non-zero entries) and of the number
+of active features K, and prints ESS/s, per-iteration time, the fitted log-log slopes in N and the
+ratio ESS/s CRMSlice / accelerated Gibbs at each N. The plot goes to
+``docs/figures/crm_slice_scaling.png``.
+
+A run whose number of active features reaches the capacity of ``Z`` (the model's
+``max_features``) is marked *saturated*: that chain is truncated and its ESS is not comparable.
+
+``--max-seconds`` caps the predicted sampling time of one (engine, N) run: from the measured
+per-iteration times at smaller N, extrapolated with the fitted slope (at least linear), a size
+whose prediction exceeds the budget is skipped and reported as such.
+
+Engines: ``crm_slice`` = :class:`numpyro_bnp.infer.CRMSlice` (imported lazily, so the script runs
+without it), ``accelerated_gibbs`` = :class:`numpyro_bnp.infer.AcceleratedIBPGibbs`.
+"""
+
+import argparse
+import math
+import os
+import time
+
+import jax
+import numpy as np
+from jax import random
+
+from numpyro_bnp.arviz_compat import arviz
+from numpyro_bnp.diagnostics import count_parity
+from numpyro_bnp.distributions import num_active_features
+from numpyro_bnp.models import linear_gaussian
+
+SIGMA, SIGMA0, MASS = 0.2, 0.5, 1.0
+SIZES = (500, 1000, 2000, 5000, 10000)
+QUICK_SIZES = (200, 400, 800)
+FIGURE = os.path.normpath(
+    os.path.join(os.path.dirname(__file__), "..", "docs", "figures", "crm_slice_scaling.png")
+)
+
+
+def paper_sizes(num_rows):
+    """Generator truncation ``K = 2⌈log N⌉`` and dimension ``D = 2⌈N log N / (N - log N)⌉``."""
+    log_n = math.log(num_rows)
+    return 2 * math.ceil(log_n), 2 * math.ceil(num_rows * log_n / (num_rows - log_n))
+
+
+def synthetic(num_rows, seed=0):
+    """Truncated beta-Bernoulli linear-Gaussian data ``(N, D)`` float32 and the true ``X``."""
+    truncation, dim = paper_sizes(num_rows)
+    rng = np.random.default_rng(seed)
+    theta = np.exp(-np.cumsum(rng.exponential(size=truncation)) / MASS)
+    counts = (rng.random((num_rows, truncation)) < theta).astype(np.float32)
+    features = SIGMA0 * rng.normal(size=(truncation, dim))
+    obs = counts @ features + SIGMA * rng.normal(size=(num_rows, dim))
+    return obs.astype(np.float32), counts
+
+
+def make_kernel(engine):
+    if engine == "crm_slice":
+        from numpyro_bnp.infer import CRMSlice  # written in parallel; optional here
+
+        return CRMSlice(linear_gaussian)
+    if engine == "accelerated_gibbs":
+        from numpyro_bnp.infer import AcceleratedIBPGibbs
+
+        return AcceleratedIBPGibbs(linear_gaussian)
+    raise ValueError(f"unknown engine {engine!r}")
+
+
+class CompileClock:
+    """Total wall time (union of spans) that JAX spends tracing, lowering and compiling."""
+
+    def __init__(self):
+        self.spans = []
+        jax.monitoring.register_event_time_span_listener(self._record)
+
+    def _record(self, event, start, end, **kwargs):
+        if event.startswith("/jax/core/compile/"):
+            self.spans.append((start, end))
+
+    def seconds_between(self, t0, t1):
+        spans = sorted((max(s, t0), min(e, t1)) for s, e in self.spans if e > t0 and s < t1)
+        total, current_end = 0.0, -np.inf
+        for s, e in spans:
+            if e > current_end:
+                total += e - max(s, current_end)
+                current_end = e
+        return total
+
+
+def ess(draws):
+    """``arviz.ess`` of one chain; NaN when the chain never moved (ESS undefined)."""
+    draws = np.asarray(draws, float)[None]
+    return float(arviz().ess(draws)) if draws.std() > 0 else float("nan")
+
+
+def run_one(engine, obs, num_warmup, num_samples, clock, seed=0):
+    from numpyro.infer import MCMC
+
+    num_rows, dim = obs.shape
+    kwargs = dict(num_obs=num_rows, dim=dim, alpha=MASS, beta=1.0, sigma_a=SIGMA0, sigma_o=SIGMA)
+    mcmc = MCMC(
+        make_kernel(engine), num_warmup=num_warmup, num_samples=num_samples, progress_bar=False
+    )
+    t0 = time.time()
+    mcmc.warmup(random.PRNGKey(seed), obs, **kwargs)
+    jax.block_until_ready(mcmc.post_warmup_state)
+    warmup_s = time.time() - t0
+    t0 = time.time()
+    mcmc.run(random.PRNGKey(seed + 1), obs, **kwargs)
+    z = np.asarray(jax.block_until_ready(mcmc.get_samples()["Z"]))
+    t1 = time.time()
+    compile_s = clock.seconds_between(t0, t1)
+    sample_s = t1 - t0 - compile_s
+    parity = np.asarray(count_parity(z))
+    num_active = np.asarray(num_active_features(z))
+    ess_parity, ess_k = ess(parity), ess(num_active)
+    return dict(
+        engine=engine,
+        N=num_rows,
+        D=dim,
+        K_mean=float(num_active.mean()),
+        K_max=int(num_active.max()),
+        capacity=int(z.shape[-1]),
+        ess_parity=ess_parity,
+        ess_k=ess_k,
+        esss_parity=ess_parity / sample_s,
+        esss_k=ess_k / sample_s,
+        iter_ms=1e3 * sample_s / num_samples,
+        sample_s=sample_s,
+        warmup_s=warmup_s,
+        compile_s=compile_s,
+    )
+
+
+def slope(rows, key):
+    pts = [(r["N"], r[key]) for r in rows if np.isfinite(r[key]) and r[key] > 0]
+    if len(pts) < 2:
+        return float("nan")
+    n, y = np.log(np.array(pts)).T
+    return float(np.polyfit(n, y, 1)[0])
+
+
+def predicted_seconds(rows, num_rows, num_iters):
+    """Sampling time of ``num_iters`` iterations at ``num_rows``, extrapolated from ``rows``."""
+    if not rows:
+        return 0.0
+    power = max(slope(rows, "iter_ms"), 1.0) if len(rows) > 1 else 1.0
+    last = rows[-1]
+    return last["iter_ms"] / 1e3 * (num_rows / last["N"]) ** power * num_iters
+
+
+def plot(results, engines, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    titles = ["ESS/s, parity", "ESS/s, number of features", "time per iteration (ms)"]
+    for engine in engines:
+        rows = [r for r in results if r["engine"] == engine]
+        if not rows:
+            continue
+        n = [r["N"] for r in rows]
+        for ax, key in zip(axes, ("esss_parity", "esss_k", "iter_ms"), strict=True):
+            ax.loglog(
+                n, [r[key] for r in rows], "o-", label=f"{engine} (slope {slope(rows, key):.2f})"
+            )
+            sat = [r for r in rows if r["K_max"] >= r["capacity"]]
+            ax.loglog([r["N"] for r in sat], [r[key] for r in sat], "rx", ms=10)
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("N (red x: saturated, truncated chain)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=80)
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="N in {200, 400, 800}, short chains")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=["crm_slice", "accelerated_gibbs"],
+        choices=["crm_slice", "accelerated_gibbs"],
+    )
+    parser.add_argument("--sizes", nargs="+", type=int, help="override the list of N")
+    parser.add_argument("--warmup", type=int, help="warm-up iterations (default 100, quick 50)")
+    parser.add_argument("--samples", type=int, help="kept iterations (default 500, quick 150)")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=600.0,
+        help="skip an (engine, N) whose predicted sampling time exceeds this",
+    )
+    parser.add_argument("--plot", default=FIGURE, help="where to save the figure")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    num_warmup = args.warmup or (50 if args.quick else 100)
+    num_samples = args.samples or (150 if args.quick else 500)
+
+    print(
+        f"backend {jax.default_backend()}, float32, (σ, σ0, c) = ({SIGMA}, {SIGMA0}, {MASS}), "
+        f"{num_warmup} warm-up + {num_samples} kept iterations, 1 chain"
+    )
+    clock = CompileClock()
+    results, skipped = [], []
+    for engine in args.engines:
+        rows = []
+        for num_rows in sizes:
+            guess = predicted_seconds(rows, num_rows, num_warmup + num_samples)
+            if guess > args.max_seconds:
+                skipped.append((engine, num_rows, f"predicted {guess:.0f} s > --max-seconds"))
+                continue
+            obs, _ = synthetic(num_rows)
+            try:
+                row = run_one(engine, obs, num_warmup, num_samples, clock)
+            except ImportError as err:
+                skipped.append((engine, num_rows, f"not available ({err})"))
+                break
+            rows.append(row)
+            print(
+                f"  {engine:<18} N={num_rows:>6} D={row['D']:>3} E[K]={row['K_mean']:5.1f} "
+                f"ESS parity {row['ess_parity']:7.1f} K {row['ess_k']:7.1f}  "
+                f"{row['iter_ms']:8.1f} ms/iter  (compile {row['compile_s']:.1f} s)"
+                + ("  SATURATED" if row["K_max"] >= row["capacity"] else ""),
+                flush=True,
+            )
+        results += rows
+
+    print("\n== ESS/s and time per iteration (sampling phase, compile time excluded)")
+    header = f"{'engine':<18} {'N':>6} {'D':>3} {'E[K]':>5} {'ESS/s par':>10} {'ESS/s K':>9}"
+    print(header + f" {'ms/iter':>9} {'ESS par':>8} {'ESS K':>7} {'max K/cap':>9}")
+    for r in results:
+        print(
+            f"{r['engine']:<18} {r['N']:>6} {r['D']:>3} {r['K_mean']:>5.1f} "
+            f"{r['esss_parity']:>10.3g} {r['esss_k']:>9.3g} {r['iter_ms']:>9.1f} "
+            f"{r['ess_parity']:>8.1f} {r['ess_k']:>7.1f} {r['K_max']:>5}/{r['capacity']:<3}"
+            + (" saturated: truncated chain" if r["K_max"] >= r["capacity"] else "")
+        )
+    print(
+        "\n== fitted log-log slopes in N (paper: ESS/s ~ N^-0.6 slice, N^-1.34 accelerated Gibbs)"
+    )
+    for engine in args.engines:
+        rows = [r for r in results if r["engine"] == engine]
+        if rows:
+            print(
+                f"{engine:<18} ESS/s parity {slope(rows, 'esss_parity'):+.2f}  "
+                f"ESS/s K {slope(rows, 'esss_k'):+.2f}  time/iter {slope(rows, 'iter_ms'):+.2f}"
+            )
+    pairs = {r["N"]: r for r in results if r["engine"] == "accelerated_gibbs"}
+    ratios = [
+        (
+            r["N"],
+            r["esss_parity"] / pairs[r["N"]]["esss_parity"],
+            r["esss_k"] / pairs[r["N"]]["esss_k"],
+        )
+        for r in results
+        if r["engine"] == "crm_slice" and r["N"] in pairs
+    ]
+    if ratios:
+        print("\n== ratio ESS/s CRMSlice / accelerated Gibbs (same process, same data)")
+        print(f"{'N':>6} {'parity':>8} {'K':>8}")
+        for n, rp, rk in ratios:
+            print(f"{n:>6} {rp:>8.2f} {rk:>8.2f}")
+    if skipped:
+        print("\n== skipped")
+        for engine, n, why in skipped:
+            print(f"{engine:<18} N={n:>6}: {why}")
+    if results:
+        print(f"\nfigure: {plot(results, args.engines, args.plot)}")
+
+
+if __name__ == "__main__":
+    main()

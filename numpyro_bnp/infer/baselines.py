@@ -1,0 +1,425 @@
+r"""Baseline samplers that the library's own engines are measured against.
+
+:class:`AcceleratedIBPGibbs` is the accelerated collapsed Gibbs sampler of F. Doshi-Velez and
+Z. Ghahramani, *Accelerated sampling for the Indian buffet process*, ICML 2009, for the
+linear-Gaussian IBP model
+
+.. math::
+    Z \sim \mathrm{IBP}(α, β), \quad A_k \sim N(0, σ_A^2 I_D), \quad
+    x_n \mid Z, A \sim N(z_n A, σ_X^2 I_D),
+
+with the features ``A`` integrated out. The posterior of ``A`` given all rows is kept in
+information form, shared by the ``D`` columns (Doshi-Velez & Ghahramani, Sec. 3):
+
+.. math::
+    P = Z^\top Z / σ_X^2 + I / σ_A^2, \quad h = Z^\top X / σ_X^2, \quad Σ = P^{-1},\ μ = Σ h.
+
+Row ``n`` is updated in three steps:
+
+1. **remove** its contribution, a rank-one Sherman-Morrison downdate of ``(Σ, μ)`` to the
+   posterior given the other rows, ``(Σ_{-n}, μ_{-n})``;
+2. **shared features** (``m_{-n,k} > 0``): Gibbs flips of ``z_nk`` with the exact collapsed
+   conditional, since ``p(X | Z) = p(X_{-n} | Z_{-n})\, p(x_n | z_n, X_{-n}, Z_{-n})`` and
+
+   .. math::
+       p(z_{nk} = 1 \mid \cdot) \propto \frac{m_{-n,k}}{β + N - 1}\,
+       N\big(x_n;\ z_n μ_{-n},\ (σ_X^2 + z_n Σ_{-n} z_n^\top) I_D\big)
+
+   (the two-parameter IBP predictive, row ``n`` treated as the last customer); the predictive
+   mean and variance change by O(K + D) per flip;
+3. **new features**: the features only row ``n`` uses are replaced by ``k`` new ones, ``k`` drawn
+   from ``Poisson(k; αβ/(β + N - 1)) N(x_n; z_n μ_{-n}, (σ_X^2 + z_n Σ_{-n} z_n^\top + k σ_A^2)
+   I_D)`` over ``k = 0..`` the number of free slots, then the row is **added back** (rank-one
+   update).
+
+Each row costs O(K² + K D), a sweep O(N (K² + K D)). Round-off: ``Z^T Z`` is kept exactly (integer
+counts) and ``Z^T X`` by additions; ``(Σ, μ)`` are recomputed from them every
+``refresh_every`` rows (O(K³ + K² D), independent of ``N``) and at the start of each sweep, and the
+rows/columns of features no other row uses are reset to the prior after each downdate.
+
+**Capacity.** ``Z`` lives in the model's fixed capacity ``K`` (the ``max_features`` of its
+``RecursiveIBP`` site); unused columns are all zero. The chain targets the posterior restricted
+to at most ``K`` features (the new-feature draw is cut at the number of free slots), and the state
+field ``saturated`` is True in a sweep where the number of active features reached ``K``: a chain
+that saturates is truncated; rebuild the model with a larger ``max_features``.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax, random
+from jax.scipy.linalg import cho_solve
+from jax.scipy.special import gammaln
+from numpyro import handlers
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
+
+from numpyro_bnp.diagnostics import count_parity
+from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
+from numpyro_bnp.infer._model import read_feature_model
+
+__all__ = ["AcceleratedGibbsState", "AcceleratedIBPGibbs"]
+
+_ENGINE = "AcceleratedIBPGibbs"
+
+
+class AcceleratedGibbsState(NamedTuple):
+    """State of :class:`AcceleratedIBPGibbs` (one chain; vectorized chains add a leading axis).
+
+    :ivar i: number of sweeps done (int32).
+    :ivar z: the sample, ``{Z site: (N, K) int32 in buffet order, A site: (K, D)}`` with ``A``
+        drawn from its Gaussian posterior given ``Z``.
+    :ivar num_active: number of active features (int32).
+    :ivar parity: :func:`~numpyro_bnp.diagnostics.count_parity` of ``Z`` (int32).
+    :ivar log_joint: ``log p(Z) + log p(X | Z)`` with ``A`` integrated out (the sampler's target;
+        ``p(Z)`` is the buffet-order pmf of the model's ``RecursiveIBP``).
+    :ivar saturated: True if the number of active features reached the capacity in the sweep.
+    :ivar rng_key: PRNG key.
+    """
+
+    i: jnp.ndarray
+    z: dict
+    num_active: jnp.ndarray
+    parity: jnp.ndarray
+    log_joint: jnp.ndarray
+    saturated: jnp.ndarray
+    rng_key: jnp.ndarray
+
+
+class _Config(NamedTuple):
+    """Static hyper-parameters read from the model (host floats and ints)."""
+
+    alpha: float
+    beta: float
+    num_rows: int
+    capacity: int
+    dim: int
+    noise_var: float
+    feature_var: float
+    z_site: str
+    a_site: str
+    obs_site: str
+
+
+def _read_config(model, model_args, model_kwargs):
+    spec = read_feature_model(model, model_args, model_kwargs, engine=_ENGINE)
+    if spec.likelihood != "linear_gaussian":
+        raise ValueError(
+            f"{_ENGINE} expected a linear-Gaussian observed site {spec.obs_site!r}: a Normal "
+            f"with mean {spec.ibp_site} @ {spec.feature_site} and no per-row weights (found the "
+            f"{spec.likelihood!r} likelihood); the model has: {'; '.join(spec.site_summary)}"
+        )
+    if np.any(spec.feature_loc != 0.0) or np.any(spec.feature_var != spec.feature_var[0]):
+        raise ValueError(
+            f"{_ENGINE} expected the feature site {spec.feature_site!r} to have prior N(0, σ_A²) "
+            f"with one σ_A for all entries; got means {spec.feature_loc} and variances "
+            f"{spec.feature_var}"
+        )
+    if np.any(spec.noise_var != spec.noise_var[0]):
+        raise ValueError(
+            f"{_ENGINE} expected the observed site {spec.obs_site!r} to have one noise scale for "
+            f"all {spec.dim} columns; got variances {spec.noise_var}"
+        )
+    return _Config(
+        alpha=spec.alpha,
+        beta=spec.beta,
+        num_rows=spec.num_rows,
+        capacity=spec.max_features,
+        dim=spec.dim,
+        noise_var=float(spec.noise_var[0]),
+        feature_var=float(spec.feature_var[0]),
+        z_site=spec.ibp_site,
+        a_site=spec.feature_site,
+        obs_site=spec.obs_site,
+    )
+
+
+def _observed(model, cfg, model_args, model_kwargs):
+    """The observed value ``X`` ``(N, D)`` of the model (traceable; ``Z``, ``A`` substituted)."""
+    data = {
+        cfg.z_site: jnp.zeros((cfg.num_rows, cfg.capacity), jnp.int32),
+        cfg.a_site: jnp.zeros((cfg.capacity, cfg.dim)),
+    }
+    tr = handlers.trace(handlers.seed(handlers.substitute(model, data=data), rng_seed=0))
+    site = tr.get_trace(*model_args, **model_kwargs)[cfg.obs_site]
+    if not site["is_observed"]:
+        raise ValueError(
+            f"{_ENGINE} needs data: the site {cfg.obs_site!r} is not observed (pass the "
+            "observations to the model, e.g. mcmc.run(key, obs=X, ...))"
+        )
+    return jnp.asarray(site["value"])
+
+
+def _posterior(ztz, ztx, cfg):
+    """``(Σ, μ)`` of ``A`` from ``Z^T Z`` and ``Z^T X``; also the Cholesky factor of ``P``."""
+    eye = jnp.eye(cfg.capacity, dtype=ztx.dtype)
+    prec = ztz / cfg.noise_var + eye / cfg.feature_var
+    chol = jnp.linalg.cholesky(prec)
+    cov = cho_solve((chol, True), eye)
+    mean = cho_solve((chol, True), ztx / cfg.noise_var)
+    return cov, mean, chol
+
+
+def _buffet_order(z):
+    """Column permutation that puts ``z`` ``(N, K)`` in buffet order (unused columns last)."""
+    num_rows, capacity = z.shape
+    used = jnp.any(z != 0, axis=0)
+    first = jnp.where(used, jnp.argmax(z != 0, axis=0), num_rows)
+    return jnp.argsort(first * capacity + jnp.arange(capacity))
+
+
+def _collapsed_log_marginal(chol, ztx, mean, xx, cfg):
+    r"""``log p(X | Z) = Σ_d log N(x_{·d}; 0, σ_X² I + σ_A² Z Z^T)`` from the information form.
+
+    Matrix determinant lemma and Woodbury:
+    ``|σ_X² I_N + σ_A² Z Z^T| = σ_X^{2N} σ_A^{2K} |P|`` and
+    ``x^T(σ_X² I + σ_A² Z Z^T)^{-1} x = (x^T x - σ_X² h^T Σ h) / σ_X²`` per column, with
+    ``h = Z^T x / σ_X²`` (padding columns contribute ``0``: their ``P`` entry is ``1/σ_A²``).
+    """
+    n, d, k = cfg.num_rows, cfg.dim, cfg.capacity
+    logdet_prec = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
+    quad = xx / cfg.noise_var - jnp.sum(ztx / cfg.noise_var * mean)
+    return (
+        -0.5 * n * d * jnp.log(2.0 * jnp.pi * cfg.noise_var)
+        - 0.5 * d * k * jnp.log(cfg.feature_var)
+        - 0.5 * d * logdet_prec
+        - 0.5 * quad
+    )
+
+
+def _finish(key, z, x, cfg, i, saturated):
+    """Buffet-order ``z``, draw ``A | Z, X`` and the diagnostics: the state after a sweep."""
+    perm = _buffet_order(z)
+    z = z[:, perm].astype(jnp.int32)
+    zf = z.astype(x.dtype)
+    ztx = zf.T @ x
+    _, mean, chol = _posterior(zf.T @ zf, ztx, cfg)
+    key, key_a = random.split(key)
+    # A = μ + L^{-T} ε has covariance (L L^T)^{-1} = Σ in every column.
+    noise = random.normal(key_a, mean.shape, x.dtype)
+    a = mean + jax.scipy.linalg.solve_triangular(chol, noise, lower=True, trans=1)
+    prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
+    log_joint = prior.log_prob(z) + _collapsed_log_marginal(chol, ztx, mean, jnp.sum(x * x), cfg)
+    return AcceleratedGibbsState(
+        i=jnp.asarray(i, jnp.int32),
+        z={cfg.z_site: z, cfg.a_site: a},
+        num_active=num_active_features(z).astype(jnp.int32),
+        parity=count_parity(z),
+        log_joint=log_joint.astype(x.dtype),
+        saturated=jnp.asarray(saturated, bool),
+        rng_key=key,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _init_chain(key, z, x, cfg):
+    """Initial state from ``z`` ``(N, K)``, or from a draw of the IBP prior if ``z`` is None."""
+    key, key_z = random.split(key)
+    if z is None:
+        prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
+        z = prior.sample(key_z)
+    return _finish(key, z, x, cfg, 0, num_active_features(z) >= cfg.capacity)
+
+
+def _row_update(n, carry, x, cfg):
+    """Resample row ``n`` of ``z`` (steps 1-3 of the module docstring)."""
+    z, ztz, ztx, cov, mean, key, max_active = carry
+    dtype = x.dtype
+    capacity, dim = cfg.capacity, cfg.dim
+    sx = jnp.sqrt(jnp.asarray(cfg.noise_var, dtype))
+    sa2 = jnp.asarray(cfg.feature_var, dtype)
+    zn, xn = z[n], x[n]
+    key, key_flip, key_new = random.split(key, 3)
+
+    # 1. remove row n (Sherman-Morrison downdate of P - u u^T, u = z_n / σ_X)
+    u = zn / sx
+    g = cov @ u
+    denom = 1.0 - u @ g
+    cov = cov + jnp.outer(g, g) / denom
+    mean = mean + jnp.outer(g, (u @ mean - xn / sx) / denom)
+    counts = jnp.diagonal(ztz) - zn  # m_{-n,k}
+    shared = counts > 0
+    # features no other row uses: the posterior given X_{-n} is exactly the prior
+    both = shared[:, None] & shared[None, :]
+    cov = jnp.where(both, cov, jnp.diag(jnp.full(capacity, sa2)))
+    mean = jnp.where(shared[:, None], mean, 0.0)
+
+    # 2. Gibbs flips of the shared features. The predictive N(x_n; z_n μ_{-n}, v I) is carried
+    #    as the residual r = x_n - z_n μ_{-n}, v = σ_X² + z_n Σ_{-n} z_n^T and s = Σ_{-n} z_n.
+    prior_logit = jnp.log(jnp.maximum(counts, 1.0)) - jnp.log(
+        cfg.beta + cfg.num_rows - 1.0 - counts
+    )
+    unif = random.uniform(key_flip, (capacity,), dtype)
+
+    def loglik(v, rr):
+        return -0.5 * dim * jnp.log(v) - 0.5 * rr / v
+
+    def flip(k, c):
+        zn, s, v, r = c
+        on = zn[k]
+        col, ckk, mk = cov[:, k], cov[k, k], mean[k]
+        t = s[k] - on * ckk  # (Σ z^0)_k, z^0 = z_n with z_nk = 0
+        v0 = v - on * (2.0 * t + ckk)
+        v1 = v0 + 2.0 * t + ckk
+        r0 = r + on * mk
+        r1 = r0 - mk
+        logit = prior_logit[k] + loglik(v1, r1 @ r1) - loglik(v0, r0 @ r0)
+        new = jnp.where(shared[k], (unif[k] < jax.nn.sigmoid(logit)).astype(dtype), on)
+        s = s + (new - on) * col
+        return zn.at[k].set(new), s, jnp.where(new > 0, v1, v0), jnp.where(new > 0, r1, r0)
+
+    s = cov @ zn
+    init = (zn, s, sx**2 + zn @ s, xn - zn @ mean)
+    zn, s, v, r = lax.fori_loop(0, capacity, flip, init)
+
+    # 3. new features: replace row n's singletons by k ~ p(k | ·), k <= number of free slots
+    singles = jnp.sum(jnp.where(shared, 0.0, zn))
+    v_base = v - singles * sa2  # singletons have prior covariance σ_A² I, mean 0
+    rr = r @ r
+    num_free = capacity - jnp.sum(shared)
+    ks = jnp.arange(capacity + 1, dtype=dtype)
+    rate = cfg.alpha * cfg.beta / (cfg.beta + cfg.num_rows - 1.0)
+    logits = ks * jnp.log(rate) - gammaln(ks + 1.0) + loglik(v_base + ks * sa2, rr)
+    logits = jnp.where(ks <= num_free, logits, -jnp.inf)
+    num_new = random.categorical(key_new, logits)
+    free = ~shared
+    zn_new = jnp.where(shared, zn, 0.0)
+    zn_new = jnp.where(free & (jnp.cumsum(free) <= num_new), 1.0, zn_new)
+
+    # 4. add row n back (Sherman-Morrison update of P + u u^T)
+    u = zn_new / sx
+    g = cov @ u
+    denom = 1.0 + u @ g
+    cov = cov - jnp.outer(g, g) / denom
+    mean = mean + jnp.outer(g, (xn / sx - u @ mean) / denom)
+    z_old = z[n]
+    ztz = ztz + jnp.outer(zn_new, zn_new) - jnp.outer(z_old, z_old)
+    ztx = ztx + jnp.outer(zn_new - z_old, xn)
+    z = z.at[n].set(zn_new)
+    max_active = jnp.maximum(max_active, (jnp.sum(shared) + num_new).astype(jnp.int32))
+    return z, ztz, ztx, cov, mean, key, max_active
+
+
+def _sweep(state, x, cfg, refresh_every):
+    """One Gibbs sweep over all rows, then :func:`_finish`."""
+    dtype = x.dtype
+    key, key_sweep = random.split(state.rng_key)
+    z = state.z[cfg.z_site].astype(dtype)
+    ztz, ztx = z.T @ z, z.T @ x
+    num_blocks = -(-cfg.num_rows // refresh_every)
+
+    def block(b, carry):
+        z, ztz, ztx, _, _, key, max_active = carry
+        cov, mean, _ = _posterior(ztz, ztx, cfg)
+        lo = b * refresh_every
+        hi = jnp.minimum(lo + refresh_every, cfg.num_rows)
+        carry = (z, ztz, ztx, cov, mean, key, max_active)
+        return lax.fori_loop(lo, hi, functools.partial(_row_update, x=x, cfg=cfg), carry)
+
+    eye = jnp.eye(cfg.capacity, dtype=dtype)
+    carry = (z, ztz, ztx, eye, jnp.zeros_like(ztx), key_sweep, jnp.asarray(0, jnp.int32))
+    z, *_, max_active = lax.fori_loop(0, num_blocks, block, carry)
+    return _finish(key, z, x, cfg, state.i + 1, max_active >= cfg.capacity)
+
+
+class AcceleratedIBPGibbs(MCMCKernel):
+    r"""Accelerated collapsed Gibbs for the linear-Gaussian IBP model, as a NumPyro ``MCMCKernel``.
+
+    Doshi-Velez & Ghahramani (2009); see the module docstring for the algorithm. The model is read
+    through the model contract (:mod:`numpyro_bnp.infer._model`): one ``RecursiveIBP`` site ``Z``
+    ``(N, K)``, one ``Normal(0, σ_A)`` feature site ``A`` ``(K, D)`` and an observed ``Normal``
+    site with mean ``Z @ A`` and one noise scale σ_X, e.g.
+    :func:`numpyro_bnp.models.linear_gaussian`. α, β, σ_A, σ_X and the capacity ``K`` are taken
+    from the model as given.
+
+    Each MCMC iteration is one sweep over the rows. The sample (``sample_field``) is the dict of
+    site values ``{"Z": (N, K) int32 in buffet order, "A": (K, D)}``, ``A`` drawn from its Gaussian
+    posterior given ``Z``, so ``arviz.from_numpyro`` computes the log-likelihood. Diagnostics for
+    ``extra_fields``: ``num_active``, ``parity`` (:func:`~numpyro_bnp.diagnostics.count_parity`),
+    ``log_joint`` (``log p(Z) + log p(X | Z)``) and ``saturated`` (see *Capacity* in the module
+    docstring). Chains start from a draw of the IBP prior, or from ``init_params={"Z": z}``.
+
+    :param model: a NumPyro model function of the form above.
+    :param int refresh_every: rows between recomputations of the feature posterior from the
+        exact sufficient statistics (round-off control; any value gives the same chain in exact
+        arithmetic).
+
+    **Example**
+
+    .. code-block:: python
+
+        >>> from jax import random
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_bnp.infer import AcceleratedIBPGibbs
+        >>> from numpyro_bnp.models import linear_gaussian
+        >>> x = random.normal(random.PRNGKey(0), (20, 3))
+        >>> mcmc = MCMC(AcceleratedIBPGibbs(linear_gaussian), num_warmup=50, num_samples=100,
+        ...             progress_bar=False)
+        >>> mcmc.run(random.PRNGKey(1), x, num_obs=20, dim=3, sigma_o=1.0, max_features=16,
+        ...          extra_fields=("num_active", "parity"))
+        >>> mcmc.get_samples()["Z"].shape
+        (100, 20, 16)
+    """
+
+    sample_field = "z"
+
+    def __init__(self, model, *, refresh_every=64):
+        if not callable(model):
+            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
+        if not (isinstance(refresh_every, int | np.integer) and refresh_every >= 1):
+            raise ValueError(f"refresh_every must be a positive int, got {refresh_every!r}")
+        self._model = model
+        self.refresh_every = int(refresh_every)
+        self._cfg = None
+        self._batched = False
+
+    @property
+    def model(self):
+        return self._model
+
+    def _config(self, model_args, model_kwargs):
+        cfg = _read_config(self._model, model_args, model_kwargs)
+        x = _observed(self._model, cfg, model_args, model_kwargs)
+        if not isinstance(x, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x))):
+            raise ValueError(f"the observations of site {cfg.obs_site!r} must be finite")
+        return cfg, x
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        cfg, x = self._config(model_args, model_kwargs)
+        self._cfg = cfg
+        x = jnp.asarray(x, jnp.result_type(float))
+        self._batched = not is_prng_key(rng_key)
+        shape = (cfg.num_rows, cfg.capacity)
+        z0 = None
+        if init_params is not None:
+            if not isinstance(init_params, dict) or cfg.z_site not in init_params:
+                raise ValueError(f"init_params must be a dict with the site {cfg.z_site!r}")
+            z0 = jnp.asarray(init_params[cfg.z_site])
+            expected = ((len(rng_key),) if self._batched else ()) + shape
+            if z0.shape != expected:
+                raise ValueError(f"init_params[{cfg.z_site!r}] must have shape {expected}")
+            if not bool(jnp.all((z0 == 0) | (z0 == 1))):
+                raise ValueError(f"init_params[{cfg.z_site!r}] must be binary")
+
+        def init_fn(key, z):
+            return _init_chain(key, z, x, cfg)
+
+        if self._batched:
+            init_fn = jax.vmap(init_fn, in_axes=(0, None if z0 is None else 0))
+        return init_fn(rng_key, z0)
+
+    def sample(self, state, model_args, model_kwargs):
+        cfg = self._cfg
+        if cfg is None:
+            raise RuntimeError(f"{_ENGINE}.init must run before sample")
+        x = _observed(self._model, cfg, model_args, model_kwargs)
+        x = jnp.asarray(x, jnp.result_type(float))
+        sweep = functools.partial(_sweep, x=x, cfg=cfg, refresh_every=self.refresh_every)
+        return jax.vmap(sweep)(state) if self._batched else sweep(state)
+
+    def get_diagnostics_str(self, state):
+        sat = ", saturated" if bool(state.saturated) else ""
+        return f"{int(state.num_active)} active features{sat}"
