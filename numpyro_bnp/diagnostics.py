@@ -16,4 +16,3 @@ def count_parity(counts):
     """1 if ``counts`` (``(..., N, K)``) has an even number of non-zero entries, else 0 (int32)."""
     nonzero = jnp.count_nonzero(counts, axis=(-2, -1))
     return (1 - nonzero % 2).astype(jnp.int32)
-

@@ -16,7 +16,9 @@ finitely many atoms are ever instantiated; the rest (the tail) is integrated out
    Poisson process with intensity ``du G(dv) Π_n h(0 | τ(v, u))`` (drawing them from the prior is
    biased, spec §T.11);
 3. ``X``: row by row, atoms ``k <= K_n`` in order, ``P(X_nk = x) ∝ h(x|θ_k) f(y_n|…) / ξ(k_n(x))``
-   (two-point Gibbs for Bernoulli counts, a ±1 Metropolis step for Poisson / negative-binomial);
+   (two-point Gibbs for Bernoulli counts, a ±1 Metropolis step for Poisson / negative-binomial),
+   then a few Metropolis exchange moves ``X_nj ↔ X_nk`` per row (not in the paper; they let rows
+   move between near-duplicate atoms);
 4. prune the trailing unused atoms back into the tail, reveal one sentinel atom;
 5. ``Γ``: Metropolis for each interior arrival, flat on ``(Γ_{k-1}, Γ_{k+1})`` times the counts'
    likelihood (random-walk and uniform proposals alternate);
@@ -60,6 +62,7 @@ class CRMSliceState(NamedTuple):
         (C,)}`` rates ``θ`` (0 beyond ``num_atoms``), for a capacity ``C``.
     :ivar arrivals: ``(C,)`` arrival times ``Γ_k`` of the instantiated atoms (0 beyond).
     :ivar marks: ``(C,)`` uniform coordinates ``P_k = F_G(V_k)`` of the marks.
+    :ivar obs: ``(N, D)`` observations (``(N, 0)`` for a prior-only model).
     :ivar residual: ``(N, D)`` ``y - X ψ`` (``(N, 0)`` for a prior-only model).
     :ivar num_atoms: instantiated atoms ``K`` (the last used atom).
     :ivar num_active: atoms used by at least one row.
@@ -75,6 +78,7 @@ class CRMSliceState(NamedTuple):
     z: dict
     arrivals: jnp.ndarray
     marks: jnp.ndarray
+    obs: jnp.ndarray
     residual: jnp.ndarray
     num_atoms: jnp.ndarray
     num_active: jnp.ndarray
@@ -120,6 +124,8 @@ class CRMSlice(MCMCKernel):
         (``c`` the Bondesson constant): about the posterior spread of ``Γ_k``.
     :param int n_marks: Metropolis moves per mark and sweep.
     :param float mark_step: scale ``Δ_V`` of the logit random walk of the marks (paper: 0.3).
+    :param int n_swaps: exchange moves per row and sweep after step 3 (``X_nj ↔ X_nk``; not in
+        the paper, see :meth:`_swap_moves`); 0 gives the paper's sweep.
 
     **Example**
 
@@ -153,6 +159,7 @@ class CRMSlice(MCMCKernel):
         gamma_step=1.0,
         n_marks=5,
         mark_step=0.3,
+        n_swaps=5,
     ):
         if not callable(model):
             raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
@@ -168,6 +175,7 @@ class CRMSlice(MCMCKernel):
         self.gamma_step = _positive(gamma_step, "gamma_step")
         self.n_marks = _count(n_marks, "n_marks", 0)
         self.mark_step = _positive(mark_step, "mark_step")
+        self.n_swaps = _count(n_swaps, "n_swaps", 0)
         self.spec = None
         self._batched = False
         self._sample_fn = None
@@ -254,7 +262,8 @@ class CRMSlice(MCMCKernel):
         self._trait_loc = jnp.asarray(spec.trait_loc, dt)
         self._trait_var = jnp.asarray(spec.trait_var, dt)
         self._shared_var = bool(
-            np.all(spec.noise_var == spec.noise_var[0]) and np.all(spec.trait_var == spec.trait_var[0])
+            np.all(spec.noise_var == spec.noise_var[0])
+            and np.all(spec.trait_var == spec.trait_var[0])
         )
         r = spec.total_count
         self._r = None if r is None else jnp.asarray(r, dt)
@@ -267,10 +276,9 @@ class CRMSlice(MCMCKernel):
     def _init_one(self, rng_key):
         spec, dt, cap = self.spec, self.dtype, self.capacity
         key, key_psi = random.split(rng_key)
-        n, d = spec.num_rows, spec.dim
-        count_dtype = jnp.int32
+        n = spec.num_rows
         z = {
-            spec.count_site: jnp.zeros((n, cap), count_dtype),
+            spec.count_site: jnp.zeros((n, cap), jnp.int32),
             spec.trait_site: self._draw_traits(key_psi, cap),
         }
         if spec.crm_site is not None:
@@ -282,6 +290,7 @@ class CRMSlice(MCMCKernel):
             z=z,
             arrivals=jnp.zeros(cap, dt),
             marks=jnp.full(cap, 0.5, dt),
+            obs=residual,
             residual=residual,
             num_atoms=jnp.zeros((), jnp.int32),
             num_active=jnp.zeros((), jnp.int32),
@@ -459,7 +468,57 @@ class CRMSlice(MCMCKernel):
             return x, residual, previous, key
 
         previous = jnp.zeros(x.shape[0], jnp.int32)
+        key, key_swap = random.split(key)
         x, residual, _, _ = lax.fori_loop(0, stop, body, (x, residual, previous, key))
+        return self._swap_moves(key_swap, x, residual, traits, theta, slice_atoms)
+
+    def _swap_moves(self, key, x, residual, traits, theta, slice_atoms):
+        """Exchange moves: per row, propose swapping ``X_nj`` and ``X_nk`` for ``j, k <= K_n``.
+
+        Not in the paper: one-entry Gibbs cannot move a row from an atom to a near-duplicate of
+        it (both intermediate states cost ``||ψ||²/2σ²``), so posterior modes with duplicated
+        traits trap the sampler. The pair ``(j, k)`` is uniform on ``{1..K_n}²`` (a symmetric
+        proposal given ``U``); the Metropolis ratio is the ratio of ``h``, ``f`` and
+        ``1/ξ(k_n)``, so the target is unchanged.
+        """
+        if self.n_swaps == 0:
+            return x, residual
+        n = x.shape[0]
+        rows = jnp.arange(n)
+        index = jnp.arange(1, x.shape[1] + 1)
+        inv_var = 1.0 / self._noise_var
+
+        def move(_, carry):
+            x, residual, key = carry
+            key, k_j, k_k, k_acc = random.split(key, 4)
+            span = jnp.maximum(slice_atoms, 1).astype(self.dtype)
+            j = jnp.floor(random.uniform(k_j, (n,), self.dtype) * span).astype(jnp.int32)
+            k = jnp.floor(random.uniform(k_k, (n,), self.dtype) * span).astype(jnp.int32)
+            j, k = jnp.minimum(j, slice_atoms - 1), jnp.minimum(k, slice_atoms - 1)
+            xj, xk = x[rows, j], x[rows, k]
+            x_new = x.at[rows, j].set(xk).at[rows, k].set(xj)
+            ok = (slice_atoms > 0) & (j != k) & (xj != xk)
+            th_j, th_k = theta[j], theta[k]
+            log_ratio = (
+                self._entry_logh(xk, th_j)
+                + self._entry_logh(xj, th_k)
+                - self._entry_logh(xj, th_j)
+                - self._entry_logh(xk, th_k)
+            )
+            change = (xk - xj).astype(self.dtype)[:, None] * (traits[j] - traits[k])
+            if self._observed:
+                r_new = residual - change
+                log_ratio += -0.5 * jnp.sum((r_new**2 - residual**2) * inv_var, axis=-1)
+            last_old = jnp.max(jnp.where(x > 0, index, 0), axis=1)
+            last_new = jnp.max(jnp.where(x_new > 0, index, 0), axis=1)
+            log_ratio += (last_new - last_old) / self.xi_scale  # 1/ξ(k_n), ξ(k) = e^{-k/Δ}
+            accept = ok & (jnp.log(random.uniform(k_acc, (n,), self.dtype)) < log_ratio)
+            x = jnp.where(accept[:, None], x_new, x)
+            if self._observed:
+                residual = jnp.where(accept[:, None], residual - change, residual)
+            return x, residual, key
+
+        x, residual, _ = lax.fori_loop(0, self.n_swaps, move, (x, residual, key))
         return x, residual
 
     def _gamma_step(self, key, gamma, marks, totals, num_atoms):
@@ -467,10 +526,9 @@ class CRMSlice(MCMCKernel):
         cap = gamma.shape[0]
         scale = self.gamma_step * self._scale / jnp.sqrt(1.0 + totals)
 
-        def atom(carry, j):
-            gamma, key = carry
+        def atom(j, carry):
+            gamma, accepted, key = carry
             key, sub = random.split(key)
-            interior = j < num_atoms - 1
             lo = jnp.where(j > 0, gamma[jnp.maximum(j - 1, 0)], 0.0)
             hi = gamma[jnp.minimum(j + 1, cap - 1)]
             mark, total = marks[j], totals[j]
@@ -489,13 +547,13 @@ class CRMSlice(MCMCKernel):
                 accept = inside & (jnp.log(random.uniform(k_acc, (), self.dtype)) < log_ratio)
                 return jnp.where(accept, proposal, g), accepted + accept, key
 
-            g, accepted, _ = lax.fori_loop(0, self.n_gamma, move, (gamma[j], 0, sub))
-            g = jnp.where(interior, g, gamma[j])
-            return (gamma.at[j].set(g), key), jnp.where(interior, accepted, 0)
+            g, accepted, _ = lax.fori_loop(0, self.n_gamma, move, (gamma[j], accepted, sub))
+            return gamma.at[j].set(g), accepted, key
 
-        (gamma, _), accepted = lax.scan(atom, (gamma, key), jnp.arange(cap))
+        # interior atoms only: the last one (the sentinel) has no right neighbour
+        gamma, accepted, _ = lax.fori_loop(0, num_atoms - 1, atom, (gamma, 0, key))
         moves = jnp.maximum(num_atoms - 1, 0) * self.n_gamma
-        rate = jnp.where(moves > 0, jnp.sum(accepted) / jnp.maximum(moves, 1), 0.0)
+        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
         return gamma, rate.astype(self.dtype)
 
     def _mark_step(self, key, gamma, marks, totals, num_atoms):
@@ -522,14 +580,14 @@ class CRMSlice(MCMCKernel):
         rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
         return marks, rate.astype(self.dtype)
 
-    def _trait_step(self, key, x):
+    def _trait_step(self, key, x, obs):
         """``Ψ | X, Y``: per column, ``N(P^{-1} b, P^{-1})`` with ``P = XᵀX/σ² + I/σ_0²``."""
         cap = x.shape[1]
         if not self._observed:
             return self._draw_traits(key, cap)
         xf = x.astype(self.dtype)
         gram = xf.T @ xf
-        rhs = xf.T @ self._obs / self._noise_var + self._trait_loc / self._trait_var
+        rhs = xf.T @ obs / self._noise_var + self._trait_loc / self._trait_var
         eye = jnp.eye(cap, dtype=self.dtype)
         eps = random.normal(key, rhs.shape, self.dtype)
         if self._shared_var:
@@ -566,7 +624,8 @@ class CRMSlice(MCMCKernel):
         gamma, marks = state.arrivals, state.marks
         num_atoms = jnp.maximum(state.num_atoms, k_star)
         gamma, marks, traits = self._reveal(k_ext, gamma, marks, traits, state.num_atoms, k_star)
-        theta = jnp.where(index <= num_atoms, self._theta(jnp.where(index <= num_atoms, gamma, 1.0), marks), 0.0)
+        live = index <= num_atoms
+        theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
 
         # 3. counts, restricted by the slices
         x, residual = self._x_step(k_x, x, state.residual, traits, theta, slice_atoms, k_star)
@@ -586,13 +645,13 @@ class CRMSlice(MCMCKernel):
             marks, accept_marks = self._mark_step(k_v, gamma, marks, totals, with_sentinel)
 
         # 7. traits; 8. drop the sentinel
-        traits = self._trait_step(k_psi, x)
+        traits = self._trait_step(k_psi, x, state.obs)
         live = index <= num_atoms
         gamma = jnp.where(live, gamma, 0.0)
         marks = jnp.where(live, marks, 0.5)
         theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
         if self._observed:
-            residual = self._obs - x.astype(self.dtype) @ traits
+            residual = state.obs - x.astype(self.dtype) @ traits
             log_lik = self._log_likelihood(residual)
         else:
             log_lik = jnp.zeros((), self.dtype)
@@ -605,6 +664,7 @@ class CRMSlice(MCMCKernel):
             z=z,
             arrivals=gamma,
             marks=marks,
+            obs=state.obs,
             residual=residual,
             num_atoms=num_atoms.astype(jnp.int32),
             num_active=num_active_features(x).astype(jnp.int32),
