@@ -360,14 +360,14 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
                 f"model has: {found}"
             )
         likelihood, param, r = family
-        shape = (num_rows, truncation)
-        if not np.allclose(np.broadcast_to(np.asarray(param, np.float64), shape), theta[None]):
-            fail(f"the count site {count['name']!r} with the atoms of {crm_site!r} as its rates")
         if likelihood != "poisson" and not isinstance(crm, BetaProcess):
             raise ValueError(
                 f"{engine}: the count site {count['name']!r} is {likelihood} and needs rates in "
                 f"[0, 1]: a BetaProcess prior, but {crm_site!r} is {type(crm).__name__}"
             )
+        shape = (num_rows, truncation)
+        if not np.allclose(np.broadcast_to(np.asarray(param, np.float64), shape), theta[None]):
+            fail(f"the count site {count['name']!r} with the atoms of {crm_site!r} as its rates")
         if r is not None:
             r = np.broadcast_to(np.asarray(r, np.float64), shape)
             if not np.all(r == r[:, :1]):

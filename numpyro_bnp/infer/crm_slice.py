@@ -485,7 +485,7 @@ class CRMSlice(MCMCKernel):
             return x, residual
         n = x.shape[0]
         rows = jnp.arange(n)
-        index = jnp.arange(1, x.shape[1] + 1)
+        index = jnp.arange(1, x.shape[1] + 1, dtype=jnp.int32)
         inv_var = 1.0 / self._noise_var
 
         def move(_, carry):
@@ -609,14 +609,14 @@ class CRMSlice(MCMCKernel):
         spec = self.spec
         x, traits = state.z[spec.count_site], state.z[spec.trait_site]
         cap = x.shape[1]
-        index = jnp.arange(1, cap + 1)
+        index = jnp.arange(1, cap + 1, dtype=jnp.int32)
         key, k_u, k_ext, k_x, k_sent, k_g, k_v, k_psi = random.split(state.rng_key, 8)
 
         # 1. slice variables: K_n = k_n + floor(Δ_ξ E_n)
-        last = jnp.max(jnp.where(x > 0, index, 0), axis=1)
+        last = jnp.max(jnp.where(x > 0, index, 0), axis=1).astype(jnp.int32)
         e = random.exponential(k_u, last.shape, self.dtype)
         wanted = last + jnp.floor(self.xi_scale * e).astype(jnp.int32)
-        slice_atoms = jnp.minimum(wanted, cap)
+        slice_atoms = jnp.minimum(wanted, cap).astype(jnp.int32)
         k_star = jnp.max(slice_atoms)
         num_slice_atoms = jnp.max(wanted)
 
@@ -632,8 +632,8 @@ class CRMSlice(MCMCKernel):
 
         # 4. prune trailing unused atoms, reveal one sentinel
         used = jnp.any(x > 0, axis=0)
-        num_atoms = jnp.max(jnp.where(used, index, 0))
-        with_sentinel = jnp.minimum(num_atoms + 1, cap)
+        num_atoms = jnp.max(jnp.where(used, index, 0)).astype(jnp.int32)
+        with_sentinel = jnp.minimum(num_atoms + 1, cap).astype(jnp.int32)
         gamma, marks, traits = self._reveal(k_sent, gamma, marks, traits, num_atoms, with_sentinel)
 
         # 5.-6. arrivals and marks
