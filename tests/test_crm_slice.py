@@ -329,3 +329,17 @@ def test_bad_arguments():
     mcmc = MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False)
     with pytest.raises(ValueError, match=r"site 'Z'.*concentration >= 1"):
         mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, beta=0.5)
+
+
+@pytest.mark.parametrize("crm", [BetaProcess(2.0, truncation=4), GammaProcess(2.0, truncation=4)])
+def test_crm_support_bijection(crm):
+    # biject_to(CRM support) lets ArviZ / NumPyro initialise a CRM site: round trip + Jacobian
+    from numpyro.distributions.transforms import biject_to
+
+    transform = biject_to(crm.support)
+    x = jnp.array([0.3, -1.2, 2.0, 0.1])
+    y = transform(x)
+    assert bool(crm.support(y))
+    np.testing.assert_allclose(transform.inv(y), x, rtol=1e-10)
+    log_det = np.linalg.slogdet(np.asarray(jax.jacfwd(transform)(x)))[1]
+    np.testing.assert_allclose(transform.log_abs_det_jacobian(x, y), log_det, rtol=1e-10)
