@@ -335,3 +335,24 @@ def test_crm_support_bijection(crm):
     np.testing.assert_allclose(transform.inv(y), x, rtol=1e-10)
     log_det = np.linalg.slogdet(np.asarray(jax.jacfwd(transform)(x)))[1]
     np.testing.assert_allclose(transform.log_abs_det_jacobian(x, y), log_det, rtol=1e-10)
+
+
+def test_bnb_clustering_prior_document_length():
+    # r_d = N_d (λ-1)/(αλ) makes E[length of document d] = r_d ∫ θ/(1-θ) ν(dθ) = N_d (spec D6)
+    from numpyro.infer import Predictive
+
+    from numpyro_bnp.models import bnb_combinatorial_clustering
+
+    lengths = np.array([50.0, 100.0])
+    prior = Predictive(bnb_combinatorial_clustering, num_samples=2000)(
+        random.PRNGKey(0), doc_lengths=lengths, vocab_size=5, concentration=3.0
+    )
+    totals = np.asarray(prior["counts"]).sum(-1)  # (S, D), i.i.d. draws
+    se = totals.std(0) / np.sqrt(totals.shape[0])
+    assert np.all(np.abs(totals.mean(0) - lengths) < 4 * se), (totals.mean(0), se)
+    assert prior["topics"].shape[-1] == 5 and np.allclose(prior["topics"].sum(-1), 1.0)
+    # CRMSlice does not handle this likelihood yet and says so, naming the site
+    with pytest.raises(ValueError, match="count site"):
+        MCMC(CRMSlice(bnb_combinatorial_clustering), num_warmup=1, num_samples=1).run(
+            random.PRNGKey(0), doc_lengths=lengths, vocab_size=5
+        )
