@@ -8,6 +8,12 @@ Plain model functions: copy one and edit it, run it under NumPyro's own engines 
   Schaeffer et al. 2022, App. B.2);
 * :func:`factor_analysis` — the same with a Gaussian weight per used feature (Schaeffer et al. 2022,
   App. B.3);
+* :func:`beta_bernoulli_linear_gaussian` — the linear-Gaussian model written with a beta-process
+  CRM and Bernoulli counts (Zhu, Bouchard-Côté & Campbell 2020, §4.1);
+* :func:`gamma_poisson_linear_gaussian` — the same with a gamma process and Poisson counts (each
+  row uses a feature any number of times);
+* :func:`bnb_combinatorial_clustering` — beta–negative-binomial topic model for word counts
+  (Broderick et al. 2015; Zhu et al. 2020, §4.2);
 * :func:`restricted_linear_gaussian` — the linear-Gaussian model with a restricted IBP prior: a
   chosen law for the number of features per row (Doshi-Velez & Williamson 2017).
 
@@ -17,12 +23,27 @@ substituting a single row.
 """
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess, ibp_capacity
+from numpyro_bnp.distributions import (
+    BetaProcess,
+    GammaProcess,
+    RecursiveIBP,
+    RestrictedBernoulliProcess,
+    ibp_capacity,
+)
 
-__all__ = ["factor_analysis", "linear_gaussian", "restricted_linear_gaussian"]
+__all__ = [
+    "beta_bernoulli_linear_gaussian",
+    "bnb_combinatorial_clustering",
+    "factor_analysis",
+    "gamma_poisson_linear_gaussian",
+    "linear_gaussian",
+    "restricted_linear_gaussian",
+]
 
 
 def _capacity(alpha, beta, num_obs, max_features):
@@ -150,3 +171,114 @@ def restricted_linear_gaussian(
     )
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
     return numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(2), obs=obs)
+
+
+def _crm_truncation(mean_active, truncation):
+    """Default number of atoms of a CRM prior: the mean number used plus 12 sd plus 10."""
+    if truncation is not None:
+        return truncation
+    return int(np.ceil(mean_active + 12.0 * np.sqrt(mean_active) + 10.0))
+
+
+def _crm_trait_model(obs, crm, count_fn, num_obs, dim, sigma0, sigma):
+    theta = numpyro.sample("theta", crm)
+    num_atoms = jnp.shape(theta)[-1]  # follows the substituted value (samplers may resize it)
+    x = numpyro.sample("X", count_fn(theta).expand([num_obs, num_atoms]).to_event(2))
+    psi = numpyro.sample("psi", dist.Normal(0.0, sigma0).expand([num_atoms, dim]).to_event(2))
+    return numpyro.sample("obs", dist.Normal(x @ psi, sigma).to_event(2), obs=obs)
+
+
+def beta_bernoulli_linear_gaussian(
+    obs=None,
+    *,
+    num_obs,
+    dim,
+    mass=1.0,
+    concentration=1.0,
+    sigma=0.2,
+    sigma0=0.5,
+    truncation=None,
+):
+    r"""Beta–Bernoulli linear-Gaussian feature model (Zhu, Bouchard-Côté & Campbell 2020, §4.1).
+
+    .. math::
+        θ \sim \mathrm{BP}(c, λ), \quad X_{nk} \sim \mathrm{Bernoulli}(θ_k), \quad
+        ψ_k \sim N(0, σ_0^2 I_D), \quad y_n \sim N(\textstyle\sum_k X_{nk} ψ_k, σ^2 I_D).
+
+    Sites: ``theta`` ``(K,)`` (the ``K`` largest atoms of the beta process), ``X`` ``(N, K)``,
+    ``psi`` ``(K, D)``, ``obs`` ``(N, D)``. The paper's experiment uses ``mass = c = 1``,
+    ``concentration = 1``, ``(σ, σ_0) = (0.2, 0.5)``. ``truncation`` (default: the mean number of
+    features ``c Σ_n λ/(λ+n-1)`` plus a margin) only sizes prior draws; :class:`CRMSlice` is
+    untruncated up to its own capacity, and ``K`` follows the substituted ``theta``.
+    """
+    mean_active = mass * float(np.sum(concentration / (concentration + np.arange(num_obs))))
+    crm = BetaProcess(mass, concentration, truncation=_crm_truncation(mean_active, truncation))
+    return _crm_trait_model(obs, crm, dist.Bernoulli, num_obs, dim, sigma0, sigma)
+
+
+def gamma_poisson_linear_gaussian(
+    obs=None, *, num_obs, dim, mass=1.0, rate=1.0, sigma=0.2, sigma0=0.5, truncation=None
+):
+    r"""Gamma–Poisson linear-Gaussian model: rows use each feature a Poisson number of times.
+
+    .. math::
+        θ \sim \mathrm{ΓP}(γ, λ), \quad X_{nk} \sim \mathrm{Poisson}(θ_k), \quad
+        ψ_k \sim N(0, σ_0^2 I_D), \quad y_n \sim N(\textstyle\sum_k X_{nk} ψ_k, σ^2 I_D).
+
+    The gamma process has Lévy density ``γ θ^{-1} e^{-λθ}``: a row uses ``γ/λ`` features on
+    average (with multiplicity) and ``N`` rows use ``γ log(1 + N/λ)`` distinct features on
+    average. Sites as in :func:`beta_bernoulli_linear_gaussian`.
+    """
+    mean_active = mass * float(np.log1p(num_obs / rate))
+    crm = GammaProcess(mass, rate, truncation=_crm_truncation(mean_active, truncation))
+    return _crm_trait_model(obs, crm, dist.Poisson, num_obs, dim, sigma0, sigma)
+
+
+def bnb_combinatorial_clustering(
+    counts=None,
+    *,
+    doc_lengths,
+    vocab_size,
+    mass=1.0,
+    concentration=1.1,
+    topic_concentration=0.1,
+    truncation=None,
+):
+    r"""Beta–negative-binomial combinatorial clustering of documents (topic model; §4.2).
+
+    Zhu, Bouchard-Côté & Campbell (2020, §4.2) after Broderick et al. (2015): topics ``ψ_k`` share
+    a beta-process rate ``θ_k``; document ``d`` has a gamma rate per topic, and word counts are
+    Poisson, so that the number of words of document ``d`` from topic ``k`` is
+    ``NB(r_d, θ_k)``:
+
+    .. math::
+        θ \sim \mathrm{BP}(α, λ), \quad ψ_k \sim \mathrm{Dir}(β 1_V), \quad
+        π_{dk} \sim \mathrm{Gamma}(r_d, \text{scale } θ_k/(1-θ_k)), \quad
+        y_{dv} \sim \mathrm{Poisson}(\textstyle\sum_k π_{dk} ψ_{kv}),
+
+    with ``r_d = N_d (λ-1)/(αλ)``, which makes the prior expected length of document ``d`` equal
+    to ``N_d`` (spec D6). The paper's setting is ``(α, λ, β) = (1, 1.1, 0.1)``.
+
+    Sites: ``theta`` ``(K,)``, ``topics`` ``(K, V)``, ``rates`` ``(D, K)``, ``counts`` ``(D, V)``.
+
+    :param counts: word-count matrix ``(num_docs, vocab_size)`` or ``None``.
+    :param doc_lengths: ``(num_docs,)`` lengths ``N_d`` (they set ``r_d``).
+    :param int vocab_size: ``V``.
+    """
+    doc_lengths = jnp.asarray(doc_lengths)
+    num_docs = doc_lengths.shape[0]
+    r = doc_lengths * (concentration - 1.0) / (mass * concentration)
+    if truncation is None:
+        mean = mass * float(np.sum(concentration / (concentration + np.arange(num_docs))))
+        truncation = _crm_truncation(mean, None)
+    theta = numpyro.sample("theta", BetaProcess(mass, concentration, truncation=truncation))
+    num_atoms = jnp.shape(theta)[-1]
+    topics = numpyro.sample(
+        "topics",
+        dist.Dirichlet(jnp.full(vocab_size, topic_concentration)).expand([num_atoms]).to_event(1),
+    )
+    odds = theta / (1.0 - theta)
+    rates = numpyro.sample(
+        "rates", dist.Gamma(r[:, None], 1.0 / odds).expand([num_docs, num_atoms]).to_event(2)
+    )
+    return numpyro.sample("counts", dist.Poisson(rates @ topics).to_event(2), obs=counts)

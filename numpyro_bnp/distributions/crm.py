@@ -29,6 +29,7 @@ import numpy as np
 from jax import random
 from jax.scipy.special import betainc, gammainc, gammaln
 from numpyro.distributions import Distribution, constraints
+from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
@@ -114,6 +115,65 @@ class _DecreasingUnitAtoms(_DecreasingAtoms):
 
 decreasing_atoms = _DecreasingAtoms()
 decreasing_unit_atoms = _DecreasingUnitAtoms()
+
+
+class _DecreasingTransform(ParameterFreeTransform):
+    """``R^K`` → strictly decreasing positive vectors: ``y_1 = e^{x_1}``, ``y_k = y_{k-1} σ(x_k)``.
+
+    The bijection NumPyro needs to initialise or reparametrise a CRM site (``biject_to``), e.g.
+    ArviZ's ``from_numpyro`` (initial values) or NUTS on a truncated CRM.
+    """
+
+    domain = constraints.real_vector
+    codomain = decreasing_atoms
+
+    def _log_first(self, x):
+        return x
+
+    def _inverse_first(self, y):
+        return jnp.log(y)
+
+    def __call__(self, x):
+        log_first = self._log_first(x[..., :1])
+        return jnp.exp(
+            jnp.cumsum(jnp.concatenate([log_first, jax.nn.log_sigmoid(x[..., 1:])], -1), -1)
+        )
+
+    def _inverse(self, y):
+        log_y = jnp.log(y)
+        first = self._inverse_first(y[..., :1])
+        log_ratio = log_y[..., 1:] - log_y[..., :-1]  # log σ(x_k)
+        rest = log_ratio - jnp.log(-jnp.expm1(log_ratio))  # logit
+        return jnp.concatenate([first, rest], -1)
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        # triangular Jacobian: dy_k/dx_k = y_k (1 - σ(x_k)) for k >= 2; y_1 (or y_1 (1 - σ(x_1)))
+        log_diag = jnp.log(y) + jnp.concatenate(
+            [self._log_first_slope(x[..., :1]), jax.nn.log_sigmoid(-x[..., 1:])], -1
+        )
+        return jnp.sum(log_diag, -1)
+
+    def _log_first_slope(self, x):
+        return jnp.zeros_like(x)
+
+
+class _DecreasingUnitTransform(_DecreasingTransform):
+    """Like :class:`_DecreasingTransform` into ``(0, 1]`` vectors: ``y_1 = σ(x_1)``."""
+
+    codomain = decreasing_unit_atoms
+
+    def _log_first(self, x):
+        return jax.nn.log_sigmoid(x)
+
+    def _inverse_first(self, y):
+        return jnp.log(y) - jnp.log1p(-y)
+
+    def _log_first_slope(self, x):
+        return jax.nn.log_sigmoid(-x)
+
+
+biject_to.register(_DecreasingAtoms, lambda constraint: _DecreasingTransform())
+biject_to.register(_DecreasingUnitAtoms, lambda constraint: _DecreasingUnitTransform())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,19 @@ Restricted-IBP feature models (:func:`read_restricted_feature_model`) need
 * an **observed** ``(N, D)`` site, ``Normal`` with mean ``Z @ A`` and one variance;
 * a ``Normal`` ``(K, D)`` feature site with mean 0 and one variance;
 * no other latent sample site.
+
+Latent trait models with a completely random measure prior (:func:`read_crm_trait_model`, the
+model of Zhu, Bouchard-Côté & Campbell 2020, Eq. 11) need
+
+* a **CRM site** whose distribution is a
+  :class:`~numpyro_bnp.distributions.CompletelyRandomMeasure` (the rates ``θ``, ``(K,)``) and a
+  **count site** ``(N, K)`` whose distribution is ``Bernoulli(θ)`` / ``NegativeBinomialProbs(r,
+  θ)`` (beta process) or ``Poisson(θ)`` (any CRM) with the CRM's atoms as parameter (checked
+  numerically on the trace); or one ``RecursiveIBP`` site, read as Bernoulli counts of its beta
+  process (``RecursiveIBP.as_beta_process``);
+* a Normal **trait site** ``(K, D)`` with the same prior for every atom;
+* the observed site, Normal with mean ``X @ ψ`` and one variance per column; traced without data
+  (``obs=None``) the model is read as prior-only (no likelihood).
 """
 
 from dataclasses import dataclass, field
@@ -42,12 +55,19 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
 
-from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess
+from numpyro_bnp.distributions import (
+    BetaProcess,
+    CompletelyRandomMeasure,
+    RecursiveIBP,
+    RestrictedBernoulliProcess,
+)
 
 __all__ = [
+    "CRMTraitModel",
     "FeatureModel",
     "RestrictedFeatureModel",
     "RestrictedNumbers",
+    "read_crm_trait_model",
     "read_feature_model",
     "read_restricted_feature_model",
 ]
@@ -479,5 +499,196 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
         max_count=max_count,
         fixed_count=bool((support.sum(axis=1) == 1).all()),
         count_support=support[:, : max_count + 1],
+        site_summary=summary,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# latent trait models with a CRM prior
+# ---------------------------------------------------------------------------------------------
+COUNT_LIKELIHOODS = ("bernoulli", "poisson", "negative_binomial")
+
+
+@dataclass(frozen=True, eq=False)
+class CRMTraitModel:
+    """What :class:`~numpyro_bnp.infer.CRMSlice` needs to know about a CRM latent trait model.
+
+    :ivar crm: the CRM distribution (scalar parameters) whose atoms are the count rates ``θ``.
+    :ivar crm_site: name of the CRM site, or ``None`` for a ``RecursiveIBP`` model.
+    :ivar count_site: name of the ``(N, K)`` count site (the ``RecursiveIBP`` site for IBP models).
+    :ivar likelihood: ``"bernoulli"``, ``"poisson"`` or ``"negative_binomial"`` (counts given θ).
+    :ivar total_count: ``(N,)`` negative-binomial ``r_n`` (``None`` otherwise).
+    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry.
+    :ivar obs_value: ``(N, D)`` observations, or ``None`` when traced without data (prior-only).
+    :ivar noise_var: ``(D,)`` observation noise variance.
+    """
+
+    model: object
+    crm: CompletelyRandomMeasure
+    crm_site: str | None
+    count_site: str
+    likelihood: str
+    total_count: np.ndarray | None
+    num_rows: int
+    truncation: int
+    trait_site: str
+    trait_loc: np.ndarray
+    trait_var: np.ndarray
+    obs_site: str
+    obs_value: np.ndarray | None
+    noise_var: np.ndarray
+    dim: int
+    site_summary: tuple = field(default=())
+
+
+def _count_family(fn):
+    """``(likelihood, rate parameter, total_count)`` of a count distribution, or ``None``."""
+    if isinstance(fn, dist.BernoulliProbs):
+        return "bernoulli", fn.probs, None
+    if isinstance(fn, dist.NegativeBinomialProbs):
+        return "negative_binomial", fn.probs, fn.total_count
+    if type(fn) is dist.Poisson:
+        return "poisson", fn.rate, None
+    return None
+
+
+def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
+    """Trace ``model`` once and locate the sites of a CRM latent trait model (module docstring).
+
+    :return: a :class:`CRMTraitModel`.
+    :raises ValueError: naming the site that does not fit and listing the sites found.
+    """
+    model_kwargs = dict(model_kwargs or {})
+    with jax.ensure_compile_time_eval():
+        tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **model_kwargs)
+    sites = [s for s in tr.values() if s["type"] == "sample"]
+    summary = tuple(_describe(s) for s in sites)
+    found = "; ".join(summary) or "no sample sites"
+
+    def fail(expected):
+        raise ValueError(f"{engine} expected {expected}; the model has: {found}")
+
+    crms = [s for s in sites if isinstance(_unwrap(s["fn"]), CompletelyRandomMeasure)]
+    ibps = [s for s in sites if isinstance(_unwrap(s["fn"]), RecursiveIBP)]
+    if len(crms) + len(ibps) != 1:
+        fail(
+            "exactly one sample site with a CompletelyRandomMeasure (BetaProcess, GammaProcess, "
+            f"...) or RecursiveIBP distribution, found {len(crms) + len(ibps)}"
+        )
+    total_count = None
+    if ibps:
+        count = ibps[0]
+        fn = _unwrap(count["fn"])
+        if fn.batch_shape != ():
+            fail(f"a RecursiveIBP site with scalar alpha and beta (got {fn.batch_shape})")
+        crm, crm_site, likelihood = fn.as_beta_process(), None, "bernoulli"
+        num_rows, truncation = fn.num_rows, fn.max_features
+        used = [count]
+    else:
+        crm_node = crms[0]
+        crm = _unwrap(crm_node["fn"])
+        if crm.batch_shape != ():
+            fail(f"a CRM site {crm_node['name']!r} with scalar parameters (got {crm.batch_shape})")
+        crm_site, truncation = crm_node["name"], crm.truncation
+        theta = np.asarray(crm_node["value"], np.float64)
+        candidates = [
+            s
+            for s in sites
+            if s is not crm_node
+            and not s["is_observed"]
+            and jnp.ndim(s["value"]) == 2
+            and jnp.shape(s["value"])[1] == truncation
+            and isinstance(_unwrap(s["fn"]), dist.Distribution)
+            and _unwrap(s["fn"]).is_discrete
+        ]
+        if len(candidates) != 1:
+            fail(
+                f"exactly one discrete (N, K={truncation}) count site driven by the atoms of "
+                f"{crm_site!r}, found {len(candidates)}"
+            )
+        count = candidates[0]
+        num_rows = jnp.shape(count["value"])[0]
+        family = _count_family(_unwrap(count["fn"]))
+        if family is None:
+            raise ValueError(
+                f"{engine} does not support the count likelihood of site {count['name']!r} "
+                f"({type(_unwrap(count['fn'])).__name__}); supported: Bernoulli(θ) and "
+                "NegativeBinomialProbs(r, θ) with a BetaProcess, Poisson(θ) with any CRM; the "
+                f"model has: {found}"
+            )
+        likelihood, param, r = family
+        if likelihood != "poisson" and not isinstance(crm, BetaProcess):
+            raise ValueError(
+                f"{engine}: the count site {count['name']!r} is {likelihood} and needs rates in "
+                f"[0, 1]: a BetaProcess prior, but {crm_site!r} is {type(crm).__name__}"
+            )
+        shape = (num_rows, truncation)
+        if not np.allclose(np.broadcast_to(np.asarray(param, np.float64), shape), theta[None]):
+            fail(f"the count site {count['name']!r} with the atoms of {crm_site!r} as its rates")
+        if r is not None:
+            r = np.broadcast_to(np.asarray(r, np.float64), shape)
+            if not np.all(r == r[:, :1]):
+                fail(f"a negative-binomial total_count of {count['name']!r} that is one per row")
+            total_count = r[:, 0].copy()
+        used = [crm_node, count]
+
+    rest = [s for s in sites if all(s is not u for u in used)]
+    observed = [s for s in rest if s["is_observed"]]
+    if len(observed) > 1:
+        fail("at most one observed site")
+    if not rest:
+        fail(f"an observed site after the count site {count['name']!r}")
+    obs = observed[0] if observed else rest[-1]
+    obs_shape = tuple(jnp.shape(obs["value"]))
+    if len(obs_shape) != 2 or obs_shape[0] != num_rows:
+        fail(f"an observed site of shape (N={num_rows}, D), got {obs['name']!r} {obs_shape}")
+    dim = obs_shape[1]
+    latent = [s for s in rest if s is not obs]
+    traits = [
+        s
+        for s in latent
+        if isinstance(_unwrap(s["fn"]), dist.Normal)
+        and tuple(jnp.shape(s["value"])) == (truncation, dim)
+    ]
+    if len(traits) != 1 or len(latent) != 1:
+        fail(
+            f"exactly one other latent site: a Normal trait site of shape (K={truncation}, "
+            f"D={dim}) (other latent sites: {[s['name'] for s in latent]})"
+        )
+    trait = traits[0]
+    loc, var = _normal_params(trait, (truncation, dim))
+    if not (np.all(loc == loc[:1]) and np.all(var == var[:1])):
+        fail(f"a trait site {trait['name']!r} whose prior is the same for every atom")
+    base = _unwrap(obs["fn"])
+    x = np.asarray(count["value"], np.float64)
+    psi = np.asarray(trait["value"], np.float64)
+    if not isinstance(base, dist.Normal):
+        raise ValueError(
+            f"{engine} supports a Normal observed site with mean {count['name']} @ "
+            f"{trait['name']}; site {obs['name']!r} is {type(base).__name__} (sites: {found})"
+        )
+    obs_loc, obs_var = _normal_params(obs, obs_shape)
+    scale = np.sqrt(np.abs(x) @ np.abs(psi)) + 1.0
+    if not (np.all(np.abs(obs_loc - x @ psi) <= 1e-4 * scale) and np.all(obs_var == obs_var[:1])):
+        raise ValueError(
+            f"{engine} expected the observed site {obs['name']!r} to be Normal with mean "
+            f"{count['name']} @ {trait['name']} and one variance per column; the model has: {found}"
+        )
+    return CRMTraitModel(
+        model=model,
+        crm=crm,
+        crm_site=crm_site,
+        count_site=count["name"],
+        likelihood=likelihood,
+        total_count=total_count,
+        num_rows=int(num_rows),
+        truncation=int(truncation),
+        trait_site=trait["name"],
+        trait_loc=loc[0].copy(),
+        trait_var=var[0].copy(),
+        obs_site=obs["name"],
+        obs_value=np.asarray(obs["value"]) if obs["is_observed"] else None,
+        noise_var=obs_var[0].copy(),
+        dim=int(dim),
         site_summary=summary,
     )

@@ -1,0 +1,678 @@
+r"""Slice sampler for latent trait models with a completely random measure prior.
+
+Zhu, Bouchard-Côté & Campbell, *Slice sampling for general completely random measures*, UAI 2020
+(spec ``powerprior_slice.md`` part D). The model (paper Eq. 11): the atoms of a CRM are a series
+representation ``θ_k = τ(V_k, Γ_k)`` over the arrivals ``Γ_1 < Γ_2 < …`` of a unit-rate Poisson
+process with marks ``V_k ~ G``; each row ``n`` uses atom ``k`` ``X_nk ~ h(· | θ_k)`` times; the
+observations are ``y_n ~ N(Σ_k X_nk ψ_k, σ² I)`` with traits ``ψ_k ~ N(μ_0, σ_0² I)``.
+
+Slice variables ``U_n ~ Unif[0, ξ(k_n)]`` with ``k_n`` the last atom used by row ``n`` and
+``ξ(k) = exp(-k / Δ_ξ)`` restrict row ``n`` to the atoms ``k <= K_n = ⌊-Δ_ξ log U_n⌋``, so only
+finitely many atoms are ever instantiated; the rest (the tail) is integrated out exactly. One sweep
+(spec D4, in this order):
+
+1. ``U``: ``U_n = ξ(k_n) · Unif(0, 1)``, hence ``K_n = k_n + ⌊Δ_ξ E_n⌋`` with ``E_n ~ Exp(1)``;
+2. reveal atoms up to ``K* = max_n K_n`` from the tail *given that no row uses them*: the thinned
+   Poisson process with intensity ``du G(dv) Π_n h(0 | τ(v, u))`` (drawing them from the prior is
+   biased, spec §T.11);
+3. ``X``: row by row, atoms ``k <= K_n`` in order, ``P(X_nk = x) ∝ h(x|θ_k) f(y_n|…) / ξ(k_n(x))``
+   (two-point Gibbs for Bernoulli counts, a ±1 Metropolis step for Poisson / negative-binomial),
+   then a few Metropolis exchange moves ``X_nj ↔ X_nk`` per row (not in the paper; they let rows
+   move between near-duplicate atoms);
+4. prune the trailing unused atoms back into the tail, reveal one sentinel atom;
+5. ``Γ``: Metropolis for each interior arrival, flat on ``(Γ_{k-1}, Γ_{k+1})`` times the counts'
+   likelihood (random-walk and uniform proposals alternate);
+6. ``V``: logit random walk on the uniform coordinate ``P_k = F_G(V_k)`` (skipped when ``G`` is a
+   point mass, e.g. the beta process with concentration 1);
+7. ``ψ``: the conjugate matrix-normal draw ``Ψ | X, Y`` (each column ``d`` independent);
+8. drop the sentinel.
+
+Atoms live in a fixed-capacity buffer; atoms ``k < num_atoms`` are instantiated. A sweep whose
+slices ask for more atoms than the capacity is *saturated*: it runs on the truncated model and says
+so in the ``saturated`` field. :meth:`CRMSlice.grow` pads a state to a larger capacity between runs.
+"""
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax, random
+from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.special import gammaln, xlogy
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
+
+from numpyro_bnp.diagnostics import count_parity
+from numpyro_bnp.distributions.crm import BetaProcess
+from numpyro_bnp.distributions.ibp import num_active_features
+from numpyro_bnp.infer._model import read_crm_trait_model
+
+__all__ = ["CRMSlice", "CRMSliceState"]
+
+REPRESENTATIONS = ("bondesson", "inverse_levy")
+
+
+class CRMSliceState(NamedTuple):
+    """State of :class:`CRMSlice` (one chain; vectorized chains add a leading axis).
+
+    :ivar i: iteration.
+    :ivar z: the sample field: ``{count site: (N, C), trait site: (C, D)}`` plus ``{CRM site:
+        (C,)}`` rates ``θ`` (0 beyond ``num_atoms``), for a capacity ``C``.
+    :ivar arrivals: ``(C,)`` arrival times ``Γ_k`` of the instantiated atoms (0 beyond).
+    :ivar marks: ``(C,)`` uniform coordinates ``P_k = F_G(V_k)`` of the marks.
+    :ivar obs: ``(N, D)`` observations (``(N, 0)`` for a prior-only model).
+    :ivar residual: ``(N, D)`` ``y - X ψ`` (``(N, 0)`` for a prior-only model).
+    :ivar num_atoms: instantiated atoms ``K`` (the last used atom).
+    :ivar num_active: atoms used by at least one row.
+    :ivar parity: 1 if ``X`` has an even number of non-zero entries (label-invariant test
+        function of the paper, Section 5).
+    :ivar num_slice_atoms: ``K* = max_n K_n`` of this sweep, before clipping to the capacity.
+    :ivar saturated: True when ``K*`` exceeded the capacity (this sweep was truncated).
+    :ivar accept_gamma, accept_marks: acceptance rates of this sweep's Γ and V moves.
+    :ivar log_likelihood: ``log p(y | X, ψ)`` (0 for a prior-only model).
+    """
+
+    i: jnp.ndarray
+    z: dict
+    arrivals: jnp.ndarray
+    marks: jnp.ndarray
+    obs: jnp.ndarray
+    residual: jnp.ndarray
+    num_atoms: jnp.ndarray
+    num_active: jnp.ndarray
+    parity: jnp.ndarray
+    num_slice_atoms: jnp.ndarray
+    saturated: jnp.ndarray
+    accept_gamma: jnp.ndarray
+    accept_marks: jnp.ndarray
+    log_likelihood: jnp.ndarray
+    rng_key: jnp.ndarray
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+def _count(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class CRMSlice(MCMCKernel):
+    r"""Slice sampler for CRM latent trait models, as a NumPyro MCMC kernel (module docstring).
+
+    :param model: a NumPyro model with a CRM site and a count site (Bernoulli or
+        negative-binomial counts of a ``BetaProcess``, Poisson counts of any CRM), or a
+        ``RecursiveIBP`` site; a Normal trait site ``(K, D)``; a Normal observed site with mean
+        ``X @ ψ`` (see :func:`~numpyro_bnp.infer._model.read_crm_trait_model`), e.g.
+        :func:`numpyro_bnp.models.linear_gaussian` or
+        :func:`numpyro_bnp.models.beta_bernoulli_linear_gaussian`. Traced without data the model
+        is sampled from its prior.
+    :param str representation: series representation of the atoms: ``"bondesson"`` (default;
+        ``θ = V e^{-Γ/c}``) or ``"inverse_levy"`` (``θ = N^{-1}(Γ)``, decreasing atoms).
+    :param float xi_scale: ``Δ_ξ`` of the slice sequence ``ξ(k) = exp(-k/Δ_ξ)``; it changes the
+        speed, never the target.
+    :param int max_atoms: capacity of the atom buffer; ``None``: the model's truncation plus
+        ``Δ_ξ (log N + 6)``.
+    :param int n_gamma: Metropolis moves per arrival time and sweep (paper: 10).
+    :param float gamma_step: scale of the Γ random walk, in units of ``c / sqrt(1 + Σ_n X_nk)``
+        (``c`` the Bondesson constant): about the posterior spread of ``Γ_k``.
+    :param int n_marks: Metropolis moves per mark and sweep.
+    :param float mark_step: scale ``Δ_V`` of the logit random walk of the marks (paper: 0.3).
+    :param int n_swaps: exchange moves per row and sweep after step 3 (``X_nj ↔ X_nk``; not in
+        the paper, see :meth:`_swap_moves`); 0 gives the paper's sweep.
+
+    **Example**
+
+    .. code-block:: python
+
+        >>> import numpy as np
+        >>> from jax import random
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_bnp.infer import CRMSlice
+        >>> from numpyro_bnp.models import linear_gaussian
+        >>> rng = np.random.default_rng(0)
+        >>> y = (rng.random((100, 2)) < 0.5) @ rng.normal(size=(2, 5)) + 0.1 * rng.normal(
+        ...     size=(100, 5))
+        >>> mcmc = MCMC(CRMSlice(linear_gaussian), num_warmup=200, num_samples=200,
+        ...             progress_bar=False)
+        >>> mcmc.run(random.PRNGKey(0), y, num_obs=100, dim=5, sigma_o=0.1)
+        >>> int(np.median(mcmc.get_extra_fields()["num_active"]))
+        2
+    """
+
+    sample_field = "z"
+
+    def __init__(
+        self,
+        model,
+        *,
+        representation="bondesson",
+        xi_scale=1.0,
+        max_atoms=None,
+        n_gamma=10,
+        gamma_step=1.0,
+        n_marks=5,
+        mark_step=0.3,
+        n_swaps=5,
+    ):
+        if not callable(model):
+            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
+        if representation not in REPRESENTATIONS:
+            raise ValueError(
+                f"representation must be one of {REPRESENTATIONS}, got {representation!r}"
+            )
+        self._model = model
+        self.representation = representation
+        self.xi_scale = _positive(xi_scale, "xi_scale")
+        self.max_atoms = None if max_atoms is None else _count(max_atoms, "max_atoms")
+        self.n_gamma = _count(n_gamma, "n_gamma", 0)
+        self.gamma_step = _positive(gamma_step, "gamma_step")
+        self.n_marks = _count(n_marks, "n_marks", 0)
+        self.mark_step = _positive(mark_step, "mark_step")
+        self.n_swaps = _count(n_swaps, "n_swaps", 0)
+        self.spec = None
+        self._batched = False
+        self._sample_fn = None
+
+    # ------------------------------------------------------------------ numpyro protocol
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def default_fields(self):
+        return (
+            "z",
+            "num_active",
+            "parity",
+            "num_atoms",
+            "num_slice_atoms",
+            "saturated",
+            "accept_gamma",
+            "accept_marks",
+            "log_likelihood",
+        )
+
+    def get_diagnostics_str(self, state):
+        sat = ", SATURATED" if bool(state.saturated) else ""
+        return (
+            f"K+ {int(state.num_active)}, atoms {int(state.num_atoms)}/"
+            f"{state.arrivals.shape[-1]}{sat}, acc Γ {float(state.accept_gamma):.2f}"
+        )
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        """Zero the traits of unused atoms (their values are prior draws, not posterior)."""
+        spec = self.spec
+
+        def fn(z):
+            used = jnp.any(z[spec.count_site] != 0, axis=-2)
+            out = dict(z)
+            out[spec.trait_site] = jnp.where(used[..., None], z[spec.trait_site], 0.0)
+            return out
+
+        return fn
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        self._read(model_args, model_kwargs)
+        if is_prng_key(rng_key):
+            self._batched = False
+            self._sample_fn = self._sample_one
+            return self._init_one(rng_key)
+        self._batched = True  # chain_method="vectorized": a batch of keys
+        self._sample_fn = jax.vmap(self._sample_one)
+        return jax.vmap(self._init_one)(rng_key)
+
+    def sample(self, state, model_args, model_kwargs):
+        if self._sample_fn is None:
+            raise RuntimeError("CRMSlice.sample called before init")
+        return self._sample_fn(state)
+
+    # ------------------------------------------------------------------ set-up
+    def _read(self, model_args, model_kwargs):
+        spec = read_crm_trait_model(self._model, model_args, model_kwargs, engine="CRMSlice")
+        crm = spec.crm
+        reasons = crm._representations()
+        if reasons[self.representation] is not None:
+            raise ValueError(
+                f"CRMSlice: representation={self.representation!r} does not exist for the prior "
+                f"of site {spec.crm_site or spec.count_site!r} ({type(crm).__name__}): "
+                f"{reasons[self.representation]}"
+            )
+        dt = jnp.result_type(float)
+        self.spec = spec
+        self.dtype = dt
+        self._crm = jax.tree.map(lambda x: jnp.asarray(x, dt), crm)
+        if self.representation == "bondesson":
+            const, _ = crm._bondesson_constant_and_quantile(jnp.asarray(0.5, dt))
+            self._scale = float(const)
+            self._fixed_marks = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
+        else:
+            self._scale = float(crm.mass)
+            self._fixed_marks = True
+        n = spec.num_rows
+        self._observed = spec.obs_value is not None
+        self._obs = jnp.asarray(spec.obs_value, dt) if self._observed else None
+        self._noise_var = jnp.asarray(spec.noise_var, dt)
+        self._trait_loc = jnp.asarray(spec.trait_loc, dt)
+        self._trait_var = jnp.asarray(spec.trait_var, dt)
+        self._shared_var = bool(
+            np.all(spec.noise_var == spec.noise_var[0])
+            and np.all(spec.trait_var == spec.trait_var[0])
+        )
+        r = spec.total_count
+        self._r = None if r is None else jnp.asarray(r, dt)
+        self._trials = float(n) if r is None else float(np.sum(r))
+        if self.max_atoms is not None:
+            self.capacity = self.max_atoms
+        else:
+            self.capacity = spec.truncation + math.ceil(self.xi_scale * (math.log(n) + 6.0))
+
+    def _init_one(self, rng_key):
+        spec, dt, cap = self.spec, self.dtype, self.capacity
+        key, key_psi = random.split(rng_key)
+        n = spec.num_rows
+        z = {
+            spec.count_site: jnp.zeros((n, cap), jnp.int32),
+            spec.trait_site: self._draw_traits(key_psi, cap),
+        }
+        if spec.crm_site is not None:
+            z[spec.crm_site] = jnp.zeros(cap, dt)
+        residual = self._obs if self._observed else jnp.zeros((n, 0), dt)
+        zero = jnp.zeros((), dt)
+        return CRMSliceState(
+            i=jnp.zeros((), jnp.int32),
+            z=z,
+            arrivals=jnp.zeros(cap, dt),
+            marks=jnp.full(cap, 0.5, dt),
+            obs=residual,
+            residual=residual,
+            num_atoms=jnp.zeros((), jnp.int32),
+            num_active=jnp.zeros((), jnp.int32),
+            parity=jnp.ones((), jnp.int32),
+            num_slice_atoms=jnp.zeros((), jnp.int32),
+            saturated=jnp.zeros((), bool),
+            accept_gamma=zero,
+            accept_marks=zero,
+            log_likelihood=self._log_likelihood(residual) if self._observed else zero,
+            rng_key=key,
+        )
+
+    def grow(self, state, max_atoms=None):
+        """Pad ``state`` (one chain or a batch) to capacity ``max_atoms`` (default: double).
+
+        Between runs: ``mcmc.post_warmup_state = kernel.grow(mcmc.last_state)`` then
+        ``mcmc.run(...)`` continues the chains with the larger buffer (one recompilation).
+        """
+        old = state.arrivals.shape[-1]
+        new = 2 * old if max_atoms is None else _count(max_atoms, "max_atoms")
+        if new < old:
+            raise ValueError(f"max_atoms must be >= the current capacity {old}, got {new}")
+        pad = new - old
+        spec = self.spec
+
+        def pad_last(x, axis):
+            widths = [(0, 0)] * x.ndim
+            widths[axis] = (0, pad)
+            return jnp.pad(x, widths)
+
+        z = dict(state.z)
+        z[spec.count_site] = pad_last(z[spec.count_site], -1)
+        z[spec.trait_site] = pad_last(z[spec.trait_site], -2)
+        if spec.crm_site is not None:
+            z[spec.crm_site] = pad_last(z[spec.crm_site], -1)
+        self.capacity = new
+        return state._replace(
+            z=z,
+            arrivals=pad_last(state.arrivals, -1),
+            marks=jnp.pad(
+                state.marks, [(0, 0)] * (state.marks.ndim - 1) + [(0, pad)], constant_values=0.5
+            ),
+            saturated=jnp.zeros_like(state.saturated),
+        )
+
+    # ------------------------------------------------------------------ model pieces
+    def _draw_traits(self, key, num):
+        """``num`` i.i.d. traits from the prior ``H = N(μ_0, σ_0² I)``: ``(num, D)``."""
+        eps = random.normal(key, (num, self.spec.dim), self.dtype)
+        return self._trait_loc + jnp.sqrt(self._trait_var) * eps
+
+    def _theta(self, gamma, marks):
+        """Atom ``θ = τ(V, Γ)`` of the series representation (any shape)."""
+        if self.representation == "bondesson":
+            c, v = self._crm._bondesson_constant_and_quantile(marks)
+            return v * jnp.exp(-gamma / c)
+        return self._crm._inverse_tail(jnp.log(gamma))
+
+    def _atom_loglik(self, theta, total):
+        """``Σ_n log h(X_nk | θ)`` up to θ-free terms, from the column sum ``total = Σ_n X_nk``."""
+        if self.spec.likelihood == "bernoulli":
+            return xlogy(total, theta) + (self._trials - total) * jnp.log1p(-theta)
+        if self.spec.likelihood == "poisson":
+            return xlogy(total, theta) - self._trials * theta
+        return xlogy(total, theta) + self._trials * jnp.log1p(-theta)
+
+    def _entry_logh(self, x, theta):
+        """``log h(x | θ)`` up to x-free terms, per row: ``x`` ``(N,)`` counts."""
+        xf = x.astype(self.dtype)
+        if self.spec.likelihood == "bernoulli":
+            return jnp.where(x > 0, jnp.log(theta), jnp.log1p(-theta))
+        logh = xlogy(xf, theta) - gammaln(xf + 1.0)
+        if self.spec.likelihood == "negative_binomial":
+            logh = logh + gammaln(xf + self._r)
+        return logh
+
+    def _log_likelihood(self, residual):
+        d = self._noise_var
+        quad = jnp.sum(residual**2 / d)
+        return -0.5 * quad - 0.5 * residual.shape[0] * jnp.sum(jnp.log(2 * jnp.pi * d))
+
+    # ------------------------------------------------------------------ sweep steps
+    def _thin(self, key, start):
+        """Next atom of the tail beyond ``start`` that no row uses: ``(Γ, P)`` (spec D4.2)."""
+
+        def cond(carry):
+            return ~carry[3]
+
+        def body(carry):
+            key, u, _, _ = carry
+            key, k_gap, k_mark, k_acc = random.split(key, 4)
+            u = u + random.exponential(k_gap, (), self.dtype)
+            mark = random.uniform(k_mark, (), self.dtype, minval=1e-7, maxval=1.0 - 1e-7)
+            log_accept = self._atom_loglik(self._theta(u, mark), 0.0)
+            accept = jnp.log(random.uniform(k_acc, (), self.dtype)) < log_accept
+            return key, u, mark, accept
+
+        init = (key, start, jnp.asarray(0.5, self.dtype), jnp.zeros((), bool))
+        _, u, mark, _ = lax.while_loop(cond, body, init)
+        return u, mark
+
+    def _reveal(self, key, gamma, marks, traits, start, stop):
+        """Instantiate atoms ``start..stop-1`` (0-based) from the thinned tail."""
+
+        def body(j, carry):
+            gamma, marks, traits, key = carry
+            key, k_thin, k_trait = random.split(key, 3)
+            previous = jnp.where(j > 0, gamma[jnp.maximum(j - 1, 0)], 0.0)
+            u, mark = self._thin(k_thin, previous)
+            trait = self._draw_traits(k_trait, 1)[0]
+            return gamma.at[j].set(u), marks.at[j].set(mark), traits.at[j].set(trait), key
+
+        gamma, marks, traits, _ = lax.fori_loop(start, stop, body, (gamma, marks, traits, key))
+        return gamma, marks, traits
+
+    def _x_step(self, key, x, residual, traits, theta, slice_atoms, stop):
+        """Update ``X_nk`` for ``k <= K_n`` (all rows at once, atoms in order; spec D4.3)."""
+        used = x > 0
+        later = jnp.flip(jnp.cumsum(jnp.flip(used, 1), 1), 1) - used  # used atoms after k
+        has_later = later > 0
+        inv_var = 1.0 / self._noise_var
+        delta = self.xi_scale
+        bernoulli = self.spec.likelihood == "bernoulli"
+
+        def loglik(res, change, trait):  # log f(y_n | X_n + change e_k) - const, per row
+            if not self._observed:
+                return jnp.zeros(res.shape[0], self.dtype)
+            r = res - change[:, None] * trait
+            return -0.5 * jnp.sum(r * r * inv_var, axis=-1)
+
+        def body(j, carry):
+            x, residual, previous, key = carry
+            key, k_prop, k_acc = random.split(key, 3)
+            k = j + 1
+            x_old = lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False)
+            trait, th = traits[j], theta[j]
+            later_j = lax.dynamic_index_in_dim(has_later, j, axis=1, keepdims=False)
+
+            def neg_log_xi(value):  # -log ξ(k_n(x)); cancels when a later atom is used
+                last = jnp.where(value > 0, k, previous)
+                return jnp.where(later_j, 0.0, last / delta)
+
+            if bernoulli:
+                one, zero = jnp.ones_like(x_old), jnp.zeros_like(x_old)
+                logit = (
+                    jnp.log(th)
+                    - jnp.log1p(-th)
+                    + loglik(residual, (one - x_old).astype(self.dtype), trait)
+                    - loglik(residual, (zero - x_old).astype(self.dtype), trait)
+                    + neg_log_xi(one)
+                    - neg_log_xi(zero)
+                )
+                u = random.uniform(k_acc, x_old.shape, self.dtype)
+                x_new = (u < jax.nn.sigmoid(logit)).astype(x.dtype)
+            else:
+                step = jnp.where(random.bernoulli(k_prop, 0.5, x_old.shape), 1, -1)
+                x_prop = jnp.maximum(x_old + step, 0)
+                change = (x_prop - x_old).astype(self.dtype)
+                log_ratio = (
+                    self._entry_logh(x_prop, th)
+                    - self._entry_logh(x_old, th)
+                    + loglik(residual, change, trait)
+                    - loglik(residual, jnp.zeros_like(change), trait)
+                    + neg_log_xi(x_prop)
+                    - neg_log_xi(x_old)
+                )
+                u = random.uniform(k_acc, x_old.shape, self.dtype)
+                ok = (x_old + step >= 0) & (jnp.log(u) < log_ratio)
+                x_new = jnp.where(ok, x_prop, x_old).astype(x.dtype)
+            x_new = jnp.where(k <= slice_atoms, x_new, x_old)
+            if self._observed:
+                residual = residual - (x_new - x_old).astype(self.dtype)[:, None] * trait
+            previous = jnp.where(x_new > 0, k, previous)
+            x = lax.dynamic_update_index_in_dim(x, x_new, j, axis=1)
+            return x, residual, previous, key
+
+        previous = jnp.zeros(x.shape[0], jnp.int32)
+        key, key_swap = random.split(key)
+        x, residual, _, _ = lax.fori_loop(0, stop, body, (x, residual, previous, key))
+        return self._swap_moves(key_swap, x, residual, traits, theta, slice_atoms)
+
+    def _swap_moves(self, key, x, residual, traits, theta, slice_atoms):
+        """Exchange moves: per row, propose swapping ``X_nj`` and ``X_nk`` for ``j, k <= K_n``.
+
+        Not in the paper: one-entry Gibbs cannot move a row from an atom to a near-duplicate of
+        it (both intermediate states cost ``||ψ||²/2σ²``), so posterior modes with duplicated
+        traits trap the sampler. The pair ``(j, k)`` is uniform on ``{1..K_n}²`` (a symmetric
+        proposal given ``U``); the Metropolis ratio is the ratio of ``h``, ``f`` and
+        ``1/ξ(k_n)``, so the target is unchanged.
+        """
+        if self.n_swaps == 0:
+            return x, residual
+        n = x.shape[0]
+        rows = jnp.arange(n)
+        index = jnp.arange(1, x.shape[1] + 1, dtype=jnp.int32)
+        inv_var = 1.0 / self._noise_var
+
+        def move(_, carry):
+            x, residual, key = carry
+            key, k_j, k_k, k_acc = random.split(key, 4)
+            span = jnp.maximum(slice_atoms, 1).astype(self.dtype)
+            j = jnp.floor(random.uniform(k_j, (n,), self.dtype) * span).astype(jnp.int32)
+            k = jnp.floor(random.uniform(k_k, (n,), self.dtype) * span).astype(jnp.int32)
+            j, k = jnp.minimum(j, slice_atoms - 1), jnp.minimum(k, slice_atoms - 1)
+            xj, xk = x[rows, j], x[rows, k]
+            x_new = x.at[rows, j].set(xk).at[rows, k].set(xj)
+            ok = (slice_atoms > 0) & (j != k) & (xj != xk)
+            th_j, th_k = theta[j], theta[k]
+            log_ratio = (
+                self._entry_logh(xk, th_j)
+                + self._entry_logh(xj, th_k)
+                - self._entry_logh(xj, th_j)
+                - self._entry_logh(xk, th_k)
+            )
+            change = (xk - xj).astype(self.dtype)[:, None] * (traits[j] - traits[k])
+            if self._observed:
+                r_new = residual - change
+                log_ratio += -0.5 * jnp.sum((r_new**2 - residual**2) * inv_var, axis=-1)
+            last_old = jnp.max(jnp.where(x > 0, index, 0), axis=1)
+            last_new = jnp.max(jnp.where(x_new > 0, index, 0), axis=1)
+            log_ratio += (last_new - last_old) / self.xi_scale  # 1/ξ(k_n), ξ(k) = e^{-k/Δ}
+            accept = ok & (jnp.log(random.uniform(k_acc, (n,), self.dtype)) < log_ratio)
+            x = jnp.where(accept[:, None], x_new, x)
+            if self._observed:
+                residual = jnp.where(accept[:, None], residual - change, residual)
+            return x, residual, key
+
+        x, residual, _ = lax.fori_loop(0, self.n_swaps, move, (x, residual, key))
+        return x, residual
+
+    def _gamma_step(self, key, gamma, marks, totals, num_atoms):
+        """Metropolis on each interior arrival ``Γ_k``, ``k < num_atoms - 1`` (spec D4.5)."""
+        cap = gamma.shape[0]
+        scale = self.gamma_step * self._scale / jnp.sqrt(1.0 + totals)
+
+        def atom(j, carry):
+            gamma, accepted, key = carry
+            key, sub = random.split(key)
+            lo = jnp.where(j > 0, gamma[jnp.maximum(j - 1, 0)], 0.0)
+            hi = gamma[jnp.minimum(j + 1, cap - 1)]
+            mark, total = marks[j], totals[j]
+
+            def move(i, carry):
+                g, accepted, key = carry
+                key, k_prop, k_acc = random.split(key, 3)
+                walk = g + scale[j] * random.normal(k_prop, (), self.dtype)
+                uniform = lo + (hi - lo) * random.uniform(k_prop, (), self.dtype)
+                proposal = jnp.where(i % 2 == 0, walk, uniform)
+                inside = (proposal > lo) & (proposal < hi)
+                safe = jnp.where(inside, proposal, g)
+                log_ratio = self._atom_loglik(self._theta(safe, mark), total) - self._atom_loglik(
+                    self._theta(g, mark), total
+                )
+                accept = inside & (jnp.log(random.uniform(k_acc, (), self.dtype)) < log_ratio)
+                return jnp.where(accept, proposal, g), accepted + accept, key
+
+            g, accepted, _ = lax.fori_loop(0, self.n_gamma, move, (gamma[j], accepted, sub))
+            return gamma.at[j].set(g), accepted, key
+
+        # interior atoms only: the last one (the sentinel) has no right neighbour
+        gamma, accepted, _ = lax.fori_loop(0, num_atoms - 1, atom, (gamma, 0, key))
+        moves = jnp.maximum(num_atoms - 1, 0) * self.n_gamma
+        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
+        return gamma, rate.astype(self.dtype)
+
+    def _mark_step(self, key, gamma, marks, totals, num_atoms):
+        """Logit random walk on the marks of the instantiated atoms (spec D4.6)."""
+        live = jnp.arange(marks.shape[0]) < num_atoms
+
+        def move(_, carry):
+            marks, accepted, key = carry
+            key, k_prop, k_acc = random.split(key, 3)
+            logit = jnp.log(marks) - jnp.log1p(-marks)
+            prop = jax.nn.sigmoid(logit + self.mark_step * random.normal(k_prop, marks.shape))
+            prop = jnp.clip(prop, 1e-7, 1.0 - 1e-7).astype(self.dtype)
+            log_ratio = (
+                self._atom_loglik(self._theta(gamma, prop), totals)
+                - self._atom_loglik(self._theta(gamma, marks), totals)
+                + jnp.log(prop * (1.0 - prop))
+                - jnp.log(marks * (1.0 - marks))
+            )
+            accept = live & (jnp.log(random.uniform(k_acc, marks.shape, self.dtype)) < log_ratio)
+            return jnp.where(accept, prop, marks), accepted + jnp.sum(accept), key
+
+        marks, accepted, _ = lax.fori_loop(0, self.n_marks, move, (marks, 0, key))
+        moves = num_atoms * self.n_marks
+        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
+        return marks, rate.astype(self.dtype)
+
+    def _trait_step(self, key, x, obs):
+        """``Ψ | X, Y``: per column, ``N(P^{-1} b, P^{-1})`` with ``P = XᵀX/σ² + I/σ_0²``."""
+        cap = x.shape[1]
+        if not self._observed:
+            return self._draw_traits(key, cap)
+        xf = x.astype(self.dtype)
+        gram = xf.T @ xf
+        rhs = xf.T @ obs / self._noise_var + self._trait_loc / self._trait_var
+        eye = jnp.eye(cap, dtype=self.dtype)
+        eps = random.normal(key, rhs.shape, self.dtype)
+        if self._shared_var:
+            prec = gram / self._noise_var[0] + eye / self._trait_var[0]
+            chol = jnp.linalg.cholesky(prec)
+            mean = cho_solve((chol, True), rhs)
+            return mean + solve_triangular(chol.T, eps, lower=False)
+
+        def column(noise_var, trait_var, b, e):
+            chol = jnp.linalg.cholesky(gram / noise_var + eye / trait_var)
+            return cho_solve((chol, True), b) + solve_triangular(chol.T, e, lower=False)
+
+        return jax.vmap(column, in_axes=(0, 0, 1, 1), out_axes=1)(
+            self._noise_var, self._trait_var, rhs, eps
+        )
+
+    # ------------------------------------------------------------------ one sweep
+    def _sample_one(self, state):
+        spec = self.spec
+        x, traits = state.z[spec.count_site], state.z[spec.trait_site]
+        cap = x.shape[1]
+        index = jnp.arange(1, cap + 1, dtype=jnp.int32)
+        key, k_u, k_ext, k_x, k_sent, k_g, k_v, k_psi = random.split(state.rng_key, 8)
+
+        # 1. slice variables: K_n = k_n + floor(Δ_ξ E_n)
+        last = jnp.max(jnp.where(x > 0, index, 0), axis=1).astype(jnp.int32)
+        e = random.exponential(k_u, last.shape, self.dtype)
+        wanted = last + jnp.floor(self.xi_scale * e).astype(jnp.int32)
+        slice_atoms = jnp.minimum(wanted, cap).astype(jnp.int32)
+        k_star = jnp.max(slice_atoms)
+        num_slice_atoms = jnp.max(wanted)
+
+        # 2. reveal atoms up to K* from the thinned tail
+        gamma, marks = state.arrivals, state.marks
+        num_atoms = jnp.maximum(state.num_atoms, k_star)
+        gamma, marks, traits = self._reveal(k_ext, gamma, marks, traits, state.num_atoms, k_star)
+        live = index <= num_atoms
+        theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
+
+        # 3. counts, restricted by the slices
+        x, residual = self._x_step(k_x, x, state.residual, traits, theta, slice_atoms, k_star)
+
+        # 4. prune trailing unused atoms, reveal one sentinel
+        used = jnp.any(x > 0, axis=0)
+        num_atoms = jnp.max(jnp.where(used, index, 0)).astype(jnp.int32)
+        with_sentinel = jnp.minimum(num_atoms + 1, cap).astype(jnp.int32)
+        gamma, marks, traits = self._reveal(k_sent, gamma, marks, traits, num_atoms, with_sentinel)
+
+        # 5.-6. arrivals and marks
+        totals = jnp.sum(x, axis=0).astype(self.dtype)
+        gamma, accept_gamma = self._gamma_step(k_g, gamma, marks, totals, with_sentinel)
+        if self._fixed_marks or self.n_marks == 0:
+            accept_marks = jnp.zeros((), self.dtype)
+        else:
+            marks, accept_marks = self._mark_step(k_v, gamma, marks, totals, with_sentinel)
+
+        # 7. traits; 8. drop the sentinel
+        traits = self._trait_step(k_psi, x, state.obs)
+        live = index <= num_atoms
+        gamma = jnp.where(live, gamma, 0.0)
+        marks = jnp.where(live, marks, 0.5)
+        theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
+        if self._observed:
+            residual = state.obs - x.astype(self.dtype) @ traits
+            log_lik = self._log_likelihood(residual)
+        else:
+            log_lik = jnp.zeros((), self.dtype)
+
+        z = {spec.count_site: x, spec.trait_site: traits}
+        if spec.crm_site is not None:
+            z[spec.crm_site] = theta
+        return CRMSliceState(
+            i=state.i + 1,
+            z=z,
+            arrivals=gamma,
+            marks=marks,
+            obs=state.obs,
+            residual=residual,
+            num_atoms=num_atoms.astype(jnp.int32),
+            num_active=num_active_features(x).astype(jnp.int32),
+            parity=count_parity(x),
+            num_slice_atoms=num_slice_atoms.astype(jnp.int32),
+            saturated=num_slice_atoms > cap,
+            accept_gamma=accept_gamma,
+            accept_marks=accept_marks,
+            log_likelihood=log_lik.astype(self.dtype),
+            rng_key=key,
+        )
