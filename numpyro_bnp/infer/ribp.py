@@ -25,12 +25,19 @@ existing dish or creating dish ``k`` now (``c_{nk}``, the Poisson-CDF term), so 
 ``ρ_n = E[Λ_n]`` and the filter reproduces :meth:`RecursiveIBP.marginals` to rounding.
 
 **Feature update.** ``feature_update="paper"`` (default) is the paper's Eqs. 10-11: each
-feature moves by ``b`` times its data term and ``b`` is scored against that feature.
-``"collapsed"`` (experimental) scores ``z_l = 1`` with the feature's posterior *given*
-``z_l = 1`` minus its KL from the frozen prior (for a Gaussian likelihood, the exact log Bayes
-factor with the feature integrated out) and commits the moments of ``b N(μ¹, Σ¹) +
-(1 - b) N(μ⁰, Σ⁰)``, ossified; it was tried against the paper's under-count of features and did
-not fix it on the synthetic benchmark.
+feature moves by ``b`` times its data term and ``b`` is scored against that feature. For an unborn
+slot that feature is the prior ``N(μ⁰, Σ⁰)``, whose expected log-likelihood carries the penalty
+``tr(ΛΣ⁰)/2`` (100 nats at D = 50, σ_A = 1, σ_o = 0.5), so births need a large prior ``b`` and
+stop once the creation mass ``αβ/(β+n-1)`` falls below about 0.1-0.3: the count stalls after a
+few dozen observations whatever the data say. ``"birth"`` (experimental, a change to the paper)
+scores the unborn slots (existence below ``retire_threshold``) with their feature *given*
+``z_l = 1`` minus its KL from the prior — for a Gaussian likelihood the exact log Bayes factor of
+a new feature with the feature integrated out — and commits the moments of
+``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``; born features follow the paper's update. It keeps the count
+growing and improves the held-out predictive, but over-counts when rows hold many features (the
+greedy features are blends that rarely recur, see ``docs/ribp.md``). ``"collapsed"``
+(experimental) does the same for every slot, existing features included and not ossified; it
+under-counts even more.
 
 Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
 
@@ -51,7 +58,11 @@ Each coordinate-ascent step is one sweep over the slots (forward on even steps, 
 steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11 against the prior frozen at
 the start of the observation, then the *ossification* average with weights ``b_nl`` (new) and
 ``S_{n-1,l}`` (old) — and then ``b_nl``, carrying only the D-vector residual
-``o_n - Σ_k b_k E[w_k] μ_k`` from slot to slot. Factor analysis then updates the weights.
+``o_n - Σ_{k≠l} b_k E[w_k] μ_k`` from slot to slot. Factor analysis then updates the weights.
+The sequential loop emits only the scalars ``b_l`` (and ``ϕ_l, Φ_l``); the feature means, affine
+in the residual each slot saw, are recovered after the loop by replaying the residual recursion
+with an associative scan. On CPU this is 1.5-1.6x faster than emitting a D-vector per slot from
+the loop (same results to rounding).
 
 **Retiring features.** A slot whose existence probability is below
 ``retire_threshold`` while a later slot's is above it is a *hole*: the prior indexes features by
@@ -125,6 +136,28 @@ def _logit(p):
     return jnp.log(p) - jnp.log1p(-p)
 
 
+def _replay_residuals(first, shift, coef, g, reverse):
+    """``(K, D)`` residuals ``r_l`` seen by each slot in a sweep, from the sweep's outputs.
+
+    In processing order a slot turns the residual it saw into the next slot's,
+    ``r_next = (1 - c_l g_l) ⊙ r_l + shift_l`` with ``c_l = b_l E[w_l]``, ``μ_l = a_l + g_l ⊙ r_l``
+    and ``shift_l = old_next - c_l a_l``: a first-order linear recursion, solved by an associative
+    scan (``log K`` vectorised steps). ``first`` ``(D,)`` is the residual of the first slot
+    processed (slot ``K - 1`` when ``reverse``).
+    """
+    factor = 1.0 - coef[:, None] * g
+    zero = jnp.zeros_like(first)[None]
+    if reverse:  # slot l is followed by slot l - 1
+        elems = (jnp.concatenate([factor[1:], zero]), jnp.concatenate([shift[1:], first[None]]))
+    else:
+        elems = (jnp.concatenate([zero, factor[:-1]]), jnp.concatenate([first[None], shift[:-1]]))
+
+    def compose(earlier, later):  # r -> f r + s, applied in processing order
+        return later[0] * earlier[0], later[0] * earlier[1] + later[1]
+
+    return lax.associative_scan(compose, elems, reverse=reverse)[1]
+
+
 class RIBPFilter:
     """R-IBP streaming filter on a NumPyro latent feature model (see the module docstring).
 
@@ -137,8 +170,8 @@ class RIBPFilter:
         starts from a capacity for one row (at least 16) and doubles it when needed.
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
-    :param str feature_update: ``"paper"`` (default) or ``"collapsed"``; see the module
-        docstring.
+    :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"``; see the
+        module docstring.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
     :param int newton_steps: Newton steps per slot and sweep in the generic path.
     :param float retire_threshold: existence probability below which a hole is retired.
@@ -187,9 +220,9 @@ class RIBPFilter:
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-        if feature_update not in ("collapsed", "paper"):
+        if feature_update not in ("birth", "collapsed", "paper"):
             raise ValueError(
-                f"feature_update must be 'collapsed' or 'paper', got {feature_update!r}"
+                f"feature_update must be 'birth', 'collapsed' or 'paper', got {feature_update!r}"
             )
         if likelihood not in ("auto", "generic"):
             raise ValueError(f"likelihood must be 'auto' or 'generic', got {likelihood!r}")
@@ -384,10 +417,24 @@ class RIBPFilter:
         for step in range(self.num_steps_):
             carry = self._sweep(state, obs, prior_logit, carry, step % 2 == 1, update_features)
         b, mean, var, phi, w_var = carry
-        if update_features and self.feature_update == "collapsed":
-            mean, var = self._commit(state, b, mean, var)
+        born = self._born(state)
+        if update_features and born is not None:
+            mean1, var1 = self._commit(state, b, mean, var)
+            mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
         local = (phi, w_var) if self.kind == "factor_analysis" else None
         return b, mean, var, local
+
+    def _born(self, state):
+        """``(K, 1)`` mask of the slots scored with the feature integrated out, or ``None``.
+
+        ``"collapsed"``: every slot. ``"birth"``: the unborn slots, whose existence probability
+        is below ``retire_threshold`` (see the module docstring). ``"paper"``: none.
+        """
+        if self.feature_update == "paper":
+            return None
+        if self.feature_update == "collapsed":
+            return jnp.ones_like(state.existence, bool)[:, None]
+        return (state.existence < self.retire_threshold)[:, None]
 
     def _commit(self, state, b, mean1, var1):
         """Collapsed mode: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``, then ossified."""
@@ -413,23 +460,24 @@ class RIBPFilter:
 
         * ``paper``: Eqs. 10-11 (weighted by ``b_l``) against the frozen prior, then ossified;
           the logit uses that feature.
-        * ``collapsed``: the feature's posterior *given* ``z_l = 1`` (weight 1); the logit gets
-          its KL from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes
-          factor of ``z_l = 1`` with the feature integrated out.
+        * ``collapsed`` (every slot) and ``birth`` (the unborn slots, :meth:`_born`): the
+          feature's posterior *given* ``z_l = 1`` (weight 1, not ossified); the logit gets its KL
+          from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes factor of
+          ``z_l = 1`` with the feature integrated out.
         """
         lam = self._noise_prec
         fa = self.kind == "factor_analysis"
-        collapsed = self.feature_update == "collapsed"
+        born = self._born(state)
         b, mean, _, phi, w_var = carry
         mu0, var0, S = state.mean, state.var, state.running_sum
-        if update or collapsed:
-            weight = 1.0 if collapsed else b[:, None]
+        if update or born is not None:
+            weight = b[:, None] if born is None else jnp.where(born, 1.0, b[:, None])
             phic = phi[:, None]
             var_s = 1.0 / (1.0 / var0 + weight * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
             a, g = var_s * mu0 / var0, var_s * (weight * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
-            if self.ossify and not collapsed:
+            if self.ossify:
                 bc, total = b[:, None], (b + S)[:, None]
-                keep = total > 0
+                keep = total > 0 if born is None else (total > 0) & ~born  # born: see _commit
                 total = jnp.where(keep, total, 1.0)
                 new = jnp.where(keep, bc / total, 1.0)
                 old = jnp.where(keep, S[:, None] / total, 0.0)
@@ -437,46 +485,60 @@ class RIBPFilter:
         else:
             a, g, var_s = mu0, jnp.zeros_like(mu0), var0
         trace_var = var_s @ lam  # tr(Λ Σ_l)
-        if collapsed:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
+        if born is not None:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
             ratio = var_s / var0
             kl_const = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio), axis=-1)
+            born_f = born[:, 0].astype(kl_const.dtype)
         else:
-            kl_const = jnp.zeros_like(trace_var)
-        resid = obs - (b * phi) @ mean
+            kl_const = born_f = jnp.zeros_like(trace_var)
+        coef = b * phi  # E[z_k w_k] of the previous sweep
+        old = coef[:, None] * mean
+        # the carry is the residual r_l = o - Σ_{k≠l} b_k E[w_k] μ_k seen by the current slot; it
+        # leaves the slot with the next slot's old contribution added back (`old_next`), so the
+        # loop never materialises r and μ as separate kernels
+        first = -1 if reverse else 0
+        resid = obs - coef @ mean + old[first]
+        zero = jnp.zeros_like(old[:1])
+        old_next = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
 
-        def slot(resid, x):
-            old_l, a_l, g_l, tv_l, kl_l, mu0_l, var0_l, logit_l, phi_l, w_var_l = x
-            r = resid + old_l  # o - Σ_{k≠l} b_k E[w_k] μ_k
+        def slot(r, x):
+            next_l, a_l, g_l, tv_l, kl_l, born_l, mu0_l, var0_l, logit_l, phi_l, w_var_l = x
             mu = a_l + g_l * r
-            lam_mu = lam * mu
-            data = jnp.sum(lam_mu * r)
-            second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
             logit = logit_l
-            if collapsed:
+            if born is not None:
                 shift = mu - mu0_l
-                logit = logit - kl_l - 0.5 * jnp.sum(shift * shift / var0_l)
+                logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
             if fa:
+                lam_mu = lam * mu
+                data = jnp.sum(lam_mu * r)
+                second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
                 # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
                 m0, v0 = self.spec.weight_loc, self.spec.weight_var
                 w_var_l = 1.0 / (1.0 / v0 + second)
                 phi_l = w_var_l * (m0 / v0 + data)
                 kl_w = 0.5 * ((w_var_l + (phi_l - m0) ** 2) / v0 - 1.0 - jnp.log(w_var_l / v0))
-                logit = logit - kl_w
-            logit = logit + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
+                logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
+            else:  # ϕ = 1, Φ = 0: one reduction, μᵀΛr - (μᵀΛμ + tr ΛΣ) / 2
+                logit = logit + jnp.sum(lam * mu * (r - 0.5 * mu)) - 0.5 * tv_l
             b_new = jax.nn.sigmoid(logit)
-            return r - (b_new * phi_l) * mu, (b_new, mu, phi_l, w_var_l)
+            return r - (b_new * phi_l) * mu + next_l, (b_new, phi_l, w_var_l)
 
-        old = (b * phi)[:, None] * mean
-        xs = (old, a, g, trace_var, kl_const, mu0, var0, prior_logit, phi, w_var)
-        b, mean, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse)[1]
-        return b, mean, var_s, phi, w_var
+        xs = (old_next, a, g, trace_var, kl_const, born_f, mu0, var0, prior_logit, phi, w_var)
+        b, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse)[1]
+        if not (update or born is not None):
+            return b, mu0, var_s, phi, w_var
+        # The loop returns only scalars per slot: writing a D-vector per slot from inside it
+        # costs more on CPU than the rest of the slot's work. The residuals the slots saw follow
+        # from those scalars by a linear recursion, replayed here in parallel.
+        seen = _replay_residuals(resid, old_next - (b * phi)[:, None] * a, b * phi, g, reverse)
+        return b, a + g * seen, var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
         """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
         mu0, var0, S = state.mean, state.var, state.running_sum
         loglik = self.spec.row_log_likelihood
         capacity = mu0.shape[0]
-        collapsed = self.feature_update == "collapsed"
+        born = self._born(state)  # slots scored with the feature integrated out (or None)
 
         def slot(i, carry, reverse):
             b, mean, var = carry
@@ -491,18 +553,19 @@ class RIBPFilter:
                 return g, jnp.maximum(-hv, 0.0)  # diagonal curvature (factorised likelihood)
 
             mu_l, mu0_l, var0_l = mean[l], mu0[l], var0[l]
-            weight = 1.0 if collapsed else b[l]
-            if update_features or collapsed:
+            born_l = jnp.zeros((), bool) if born is None else born[l, 0]
+            weight = jnp.where(born_l, 1.0, b[l])
+            if update_features or born is not None:
                 for _ in range(self.newton_steps):
                     g, h = grad_and_curv(mu_l)
                     var_l = 1.0 / (1.0 / var0_l + weight * h)
                     mu_l = mu_l + var_l * (weight * g - (mu_l - mu0_l) / var0_l)
-                if self.ossify and not collapsed:
+                if self.ossify:
                     total = b[l] + S[l]
-                    keep = total > 0
+                    keep = (total > 0) & ~born_l  # born: see _commit
                     total = jnp.where(keep, total, 1.0)
-                    mu_l = jnp.where(keep, (b[l] * mu_l + S[l] * mu0_l) / total, mu0_l)
-                    var_l = jnp.where(keep, (b[l] * var_l + S[l] * var0_l) / total, var0_l)
+                    mu_l = jnp.where(keep, (b[l] * mu_l + S[l] * mu0_l) / total, mu_l)
+                    var_l = jnp.where(keep, (b[l] * var_l + S[l] * var0_l) / total, var_l)
                 _, h = grad_and_curv(mu_l)
             else:
                 var_l = var0_l
@@ -511,10 +574,11 @@ class RIBPFilter:
             f1 = f(mu_l) - 0.5 * jnp.sum(h * var_l)  # E_q(A_l) log p(o | z_l = 1) to 2nd order
             f0 = loglik(b.at[l].set(0.0), mean, obs)
             logit = prior_logit[l] + f1 - f0
-            if collapsed:  # KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰))
+            if born is not None:  # KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰))
                 ratio = var_l / var0_l
                 shift = mu_l - mu0_l
-                logit = logit - 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + shift**2 / var0_l)
+                kl = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + shift**2 / var0_l)
+                logit = logit - jnp.where(born_l, kl, 0.0)
             b = b.at[l].set(jax.nn.sigmoid(logit))
             return b, mean, var.at[l].set(var_l)
 
@@ -523,8 +587,9 @@ class RIBPFilter:
             body = functools.partial(slot, reverse=step % 2 == 1)
             carry = lax.fori_loop(0, capacity, body, carry)
         b, mean, var = carry
-        if update_features and collapsed:
-            mean, var = self._commit(state, b, mean, var)
+        if update_features and born is not None:
+            mean1, var1 = self._commit(state, b, mean, var)
+            mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
         return b, mean, var, None
 
     def _elbo(self, state, obs, q, b, local):
