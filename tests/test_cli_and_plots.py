@@ -1,5 +1,6 @@
 """The demo command and the figures it draws."""
 
+import os
 import re
 
 import numpy as np
@@ -40,3 +41,22 @@ def test_plot_ibp_marginals_draws_one_pair_of_panels_per_parameter_pair():
         plot_ibp_marginals(exact, exact[:2])
     with pytest.raises(ValueError, match="titles"):
         plot_ibp_marginals(exact, exact, ["a"])
+
+
+def test_ribp_digits_demo_beats_a_one_feature_model(tmp_path, capsys):
+    """The demo's held-out log predictive beats the same filter with one slot by 5 paired s.e."""
+    from numpyro_bnp.demos import DEMOS, ribp
+
+    assert DEMOS["ribp"] is ribp.run
+    paths = ribp.run(str(tmp_path), num_train=300, num_test=100, num_samples=200)
+    out = capsys.readouterr().out
+    counts = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+(\d+)$", out, re.M)
+    assert [int(t) for t, _, _ in counts] == [10, 100, 300]
+    assert float(counts[-1][1]) > 2  # more than one feature found
+    gap, se = map(float, re.search(r"difference (-?[\d.]+) ± ([\d.]+)", out).groups())
+    assert gap > 5 * se
+    assert [os.path.basename(p) for p in paths] == [
+        "ribp_digits_feature_count.png",
+        "ribp_digits_features.png",
+    ]
+    assert all(os.path.getsize(p) > 2_000 for p in paths)
