@@ -21,6 +21,7 @@ import sys
 import numpy as np
 from jax import random
 
+from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.models import linear_gaussian
 from numpyro_bnp.plots import plot_feature_count, plot_feature_grid, plot_feature_sharing
@@ -132,7 +133,11 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     figures = {
         "ribp_mnist_feature_count.png": plot_feature_count(
-            result.time, result.traces["num_features"]
+            result.time,
+            result.traces["num_features"],
+            expected=RecursiveIBP(
+                args.alpha, 1.0, num_rows=len(small), max_features=1
+            ).expected_num_features(),
         ),
         "ribp_mnist_features.png": plot_feature_grid(
             result.features["mean"], (14, 14), probs=result.feature_probs, max_features=48

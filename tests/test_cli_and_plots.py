@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from numpyro_bnp.__main__ import main
-from numpyro_bnp.plots import plot_ibp_marginals
+from numpyro_bnp.plots import plot_feature_sharing, plot_ibp_marginals
 
 
 def test_demo_prints_agreeing_table_and_saves_its_figure(tmp_path, capsys):
@@ -60,3 +60,15 @@ def test_ribp_digits_demo_beats_a_one_feature_model(tmp_path, capsys):
         "ribp_digits_features.png",
     ]
     assert all(os.path.getsize(p) > 2_000 for p in paths)
+
+
+def test_plot_feature_sharing_spans_the_data_and_labels_every_cell():
+    sharing = np.array([[0.8, 0.6, 0.62], [0.6, 0.7, 0.65], [0.62, 0.65, 0.9]])
+    fig = plot_feature_sharing(sharing, ["a", "b", "c"])
+    image = fig.axes[0].images[0]
+    assert image.get_clim() == (0.6, 0.9)  # differences of a few hundredths stay visible
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(
+        f"{v:.2f}" for v in sharing.flat
+    )
+    fixed = plot_feature_sharing(sharing, "abc", vmin=0.0, vmax=1.0)
+    assert fixed.axes[0].images[0].get_clim() == (0.0, 1.0)

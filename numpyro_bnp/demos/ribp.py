@@ -12,11 +12,11 @@ def run(
     out_dir,
     *,
     num_train=None,
-    num_test=300,
+    num_test=200,
     alpha=5.0,
     sigma_a=0.3,
     sigma_o=0.05,
-    num_samples=500,
+    num_samples=200,
     seed=0,
 ):
     """Stream the digits (1,797 images, 8 x 8, scaled to [0, 1]) through ``RIBPFilter``.
@@ -30,6 +30,7 @@ def run(
     """
     from sklearn.datasets import load_digits
 
+    from numpyro_bnp.distributions import RecursiveIBP
     from numpyro_bnp.infer import RIBPFilter
     from numpyro_bnp.models import linear_gaussian
     from numpyro_bnp.plots import plot_feature_count, plot_feature_grid
@@ -41,7 +42,7 @@ def run(
     kwargs = dict(num_obs=1, dim=64, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
 
     start = time.perf_counter()
-    filt = RIBPFilter(linear_gaussian, max_features=64)
+    filt = RIBPFilter(linear_gaussian, max_features=48)
     result = filt.run(random.PRNGKey(seed), train, chunk_size=256, progress_bar=False, **kwargs)
     elapsed = time.perf_counter() - start
     score = np.asarray(result.log_predictive(test, num_samples=num_samples))
@@ -72,7 +73,10 @@ def run(
         os.path.join(out_dir, "ribp_digits_feature_count.png"),
         os.path.join(out_dir, "ribp_digits_features.png"),
     ]
-    plot_feature_count(result.time, result.traces["num_features"]).savefig(paths[0], dpi=100)
+    expected = RecursiveIBP(alpha, 1.0, num_rows=len(train), max_features=1).expected_num_features()
+    plot_feature_count(result.time, result.traces["num_features"], expected=expected).savefig(
+        paths[0], dpi=100
+    )
     grid = plot_feature_grid(result.features["mean"], (8, 8), probs=result.feature_probs)
     grid.savefig(paths[1], dpi=100)
     return paths
