@@ -127,19 +127,24 @@ def plot_feature_grid(means, image_shape, *, probs=None, max_features=64, ncols=
     return fig
 
 
-def plot_feature_sharing(sharing, labels):
+def plot_feature_sharing(sharing, labels, *, vmin=None, vmax=None):
     """Heat map of the fraction of features two classes share (R-IBP paper, Fig. 7).
 
     :param sharing: ``(C, C)`` symmetric matrix in ``[0, 1]``.
     :param labels: ``C`` class names.
+    :param vmin, vmax: colour range; by default the range of ``sharing`` (differences between
+        classes are often a few hundredths).
     :return: the figure.
     """
     plt = _pyplot()
     sharing = np.asarray(sharing)
+    vmin = float(sharing.min()) if vmin is None else vmin
+    vmax = float(sharing.max()) if vmax is None else vmax
     fig, ax = plt.subplots(figsize=(4.2, 3.6), layout="constrained")
-    image = ax.imshow(sharing, vmin=0.0, vmax=1.0, cmap="viridis")
+    image = ax.imshow(sharing, vmin=vmin, vmax=vmax, cmap="viridis")
     ax.set_xticks(range(len(labels)), labels)
     ax.set_yticks(range(len(labels)), labels)
+    middle = 0.5 * (vmin + vmax)
     for i in range(len(labels)):
         for j in range(len(labels)):
             ax.text(
@@ -149,7 +154,7 @@ def plot_feature_sharing(sharing, labels):
                 ha="center",
                 va="center",
                 fontsize=6,
-                color="w" if sharing[i, j] < 0.6 else "k",
+                color="w" if sharing[i, j] < middle else "k",
             )
     fig.colorbar(image, ax=ax, label="fraction of features shared")
     return fig
