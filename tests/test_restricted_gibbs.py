@@ -203,6 +203,59 @@ def test_prior_only_run_recovers_the_prior():
     check(active, (z_ref.sum(-2) > 0).sum(-1))
 
 
+def synthetic_features(counts, seed=0, num_rows=60, dim=16, true_k=5, sigma_o=0.2):
+    """Five well-separated N(0, I) features; row ``n`` uses ``counts(rng)`` of them at random."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(true_k, dim))
+    z_true = np.zeros((num_rows, true_k), int)
+    for n in range(num_rows):
+        z_true[n, rng.choice(true_k, counts(rng), replace=False)] = 1
+    obs = z_true @ features + sigma_o * rng.normal(size=(num_rows, dim))
+    return features, z_true, obs
+
+
+def run_recovery(count_dist, obs, sigma_o, num_warmup, num_chains):
+    """Chains on the synthetic data; returns the best chain's ``Z``, ``A``, ``num_active``."""
+    num_rows, dim = obs.shape
+    model = partial(
+        models.restricted_linear_gaussian,
+        num_obs=num_rows,
+        dim=dim,
+        count_dist=count_dist,
+        alpha=2.0,
+        sigma_o=sigma_o,
+        max_features=10,
+    )
+    mcmc = MCMC(
+        RestrictedIBPGibbs(model),
+        num_warmup=num_warmup,
+        num_samples=100,
+        num_chains=num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), obs=jnp.asarray(obs), extra_fields=("log_joint", "num_active"))
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    best = int(np.argmax(np.asarray(extra["log_joint"]).mean(1)))
+    samples = mcmc.get_samples(group_by_chain=True)
+    z, a = np.asarray(samples["Z"])[best], np.asarray(samples["A"])[best]
+    return z, a, np.asarray(extra["num_active"])[best]
+
+
+def check_recovery(z, a, num_active, features, z_true):
+    """The truth up to permutation: rows, features (posterior sd ~ σ_o/sqrt(24) = 0.04), K."""
+    assert (num_active == features.shape[0]).mean() > 0.9
+    errors = []
+    for zs, as_ in zip(z, a, strict=True):
+        used = zs.sum(0) > 0
+        cost = ((features[:, None, :] - as_[None]) ** 2).mean(-1) + np.where(used, 0.0, 1e6)
+        rows, cols = linear_sum_assignment(cost)
+        errors.append(np.sqrt(cost[rows, cols].max()))
+        # the rows' features are the true ones under the matching
+        assert (zs[:, cols] == z_true[:, rows]).mean() > 0.97
+    assert np.quantile(errors, 0.9) < 0.15
+
+
 def test_recovers_features_and_row_count():
     """Synthetic data, exactly J = 2 of 5 features per row: the features up to permutation.
 
@@ -213,47 +266,29 @@ def test_recovers_features_and_row_count():
     (``S`` the sum of the features) with every row switched to the complementary pair explains
     the data equally well — the model is not identifiable there.
     """
-    rng = np.random.default_rng(0)
-    num_rows, dim, true_k, count, sigma_o = 60, 16, 5, 2, 0.2
-    features = rng.normal(size=(true_k, dim))
-    z_true = np.zeros((num_rows, true_k), int)
-    for n in range(num_rows):
-        z_true[n, rng.choice(true_k, count, replace=False)] = 1
-    obs = z_true @ features + sigma_o * rng.normal(size=(num_rows, dim))
-    model = partial(
-        models.restricted_linear_gaussian,
-        num_obs=num_rows,
-        dim=dim,
-        count_dist=exactly(count),
-        alpha=2.0,
-        sigma_o=sigma_o,
-        max_features=10,
-    )
-    mcmc = MCMC(
-        RestrictedIBPGibbs(model),
-        num_warmup=500,
-        num_samples=100,
-        num_chains=8,
-        chain_method="vectorized",
-        progress_bar=False,
-    )
-    mcmc.run(random.PRNGKey(0), obs=jnp.asarray(obs), extra_fields=("log_joint", "num_active"))
-    extra = mcmc.get_extra_fields(group_by_chain=True)
-    best = int(np.argmax(np.asarray(extra["log_joint"]).mean(1)))
-    samples = mcmc.get_samples(group_by_chain=True)
-    z, a = np.asarray(samples["Z"])[best], np.asarray(samples["A"])[best]
+    count, sigma_o = 2, 0.2
+    features, z_true, obs = synthetic_features(lambda rng: count, sigma_o=sigma_o)
+    z, a, num_active = run_recovery(exactly(count), obs, sigma_o, num_warmup=500, num_chains=8)
     assert (z.sum(-1) == count).all()
-    assert (np.asarray(extra["num_active"])[best] == true_k).mean() > 0.9
-    # posterior sd of a feature entry is about σ_o / sqrt(24) = 0.04
-    errors = []
-    for zs, as_ in zip(z, a, strict=True):
-        used = zs.sum(0) > 0
-        cost = ((features[:, None, :] - as_[None]) ** 2).mean(-1) + np.where(used, 0.0, 1e6)
-        rows, cols = linear_sum_assignment(cost)
-        errors.append(np.sqrt(cost[rows, cols].max()))
-        # the rows' features are the true ones under the matching
-        assert (zs[:, cols] == z_true[:, rows]).mean() > 0.97
-    assert np.quantile(errors, 0.9) < 0.15
+    check_recovery(z, a, num_active, features, z_true)
+
+
+def test_recovers_row_counts_under_a_broad_count_law():
+    """f uniform on {1, 2, 3}, each row's true count drawn from f: the counts row by row.
+
+    The true counts vary, so complementing a feature (``z_{:k} → 1 - z_{:k}``, which with
+    ``B_j = A_j + A_k``, ``C = -2 A_k`` explains the data equally well) would push some row
+    outside {1, 2, 3}: the truth is identifiable. (With every true count equal to 2 it is not:
+    the posterior moves to the complemented representation, counts 1 and 3; see the docs.)
+    Every draw of the best chain must give every row its true count.
+    """
+    sigma_o = 0.2
+    features, z_true, obs = synthetic_features(lambda rng: int(rng.integers(1, 4)), sigma_o=sigma_o)
+    law = dist.Categorical(jnp.array([0.0, 1.0, 1.0, 1.0]) / 3.0)
+    z, a, num_active = run_recovery(law, obs, sigma_o, num_warmup=300, num_chains=4)
+    assert set(z_true.sum(1)) == {1, 2, 3}
+    assert (z.sum(-1) == z_true.sum(1)).all()
+    check_recovery(z, a, num_active, features, z_true)
 
 
 def test_bad_models_raise_clear_errors():

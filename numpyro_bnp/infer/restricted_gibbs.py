@@ -22,23 +22,28 @@ restricted-IBP spec §7.7 and checked against enumeration in the tests):
    among the inactive ones with probability ``∝ (π_k / (1 - π_k)) p(o_n | ·)`` (the count and so
    ``f_n`` and ``PB_π`` cancel); and, unless ``f_n`` is a point mass, a sweep of single-site Gibbs
    flips with the count factor ``f_n(m) / PB_π(m)`` (spec §7.7).
-2. **π given Z** is *not* conjugate: the normaliser ``Π_n PB_π(|z_n|)`` couples the atoms. Each
+2. **Column complements** (unless every ``f_n`` is a point mass): for each ``k``, propose
+   ``z_{:k} → 1 - z_{:k}`` together with ``logit π_k → -logit π_k`` and accept with the ratio of
+   ``p(O, Z, π)`` (features integrated out). This joins modes that no single-row move connects:
+   a feature shared by all rows against none (``C + (A_i - C/2) + (A_j - C/2) = A_i + A_j``), or
+   feature ``k`` against its complement (``B_j = A_j + A_k``, ``C = -2 A_k``).
+3. **π given Z** is *not* conjugate: the normaliser ``Π_n PB_π(|z_n|)`` couples the atoms. Each
    ``logit π_k`` is updated by univariate slice sampling (Neal 2003) of its exact conditional
    ``Beta(a_k + m_k, b_k + N - m_k) / Π_J PB_π(J)^{n_J}``, where ``PB_π`` is split into the
    leave-one-out pmf of the other atoms (``O(J_max²)`` per atom from prefix and suffix tables).
-3. **Scale.** The rows' law is invariant to the Esscher tilt ``logit π → logit π + θ`` (only
+4. **Scale.** The rows' law is invariant to the Esscher tilt ``logit π → logit π + θ`` (only
    relative odds matter once the counts are fixed, paper B §3.3), so the data say nothing about
    the overall scale and coordinate updates move it slowly. A tilt move slice-samples ``θ`` from
    the prior alone, ``Π_k π_k^{a_k}(1 - π_k)^{b_k}`` at the tilted point (a log-concave density
    in ``θ``; the translation group's generalised Gibbs step, Liu & Sabatti 2000).
-4. **Features** ``A | Z, O`` are drawn from their Gaussian posterior (mean ``M⁻¹ZᵀO``, covariance
+5. **Features** ``A | Z, O`` are drawn from their Gaussian posterior (mean ``M⁻¹ZᵀO``, covariance
    ``σ_o² M⁻¹`` per column, ``M = ZᵀZ + σ_o²/σ_A² I``). The rows never use this draw (they are
    collapsed), so it only reports ``A``.
 
 **Warmup tempering.** Single-row moves can stick in local modes of feature models (e.g. one
 feature shared by all rows plus one per pair of true features). During the first half of the
-warmup the row updates see the likelihood to a power rising linearly to 1; after that every step
-leaves the posterior invariant.
+warmup the row and column-complement updates see the likelihood to a power rising linearly to 1;
+after that every step leaves the posterior invariant.
 
 Shapes are fixed (``N x K`` rows, ``K`` atoms); ``π`` is kept as logits (tiny atoms underflow in
 float32).
@@ -264,7 +269,7 @@ def _update_rows(key, z, logits, nums, max_count, fixed_count, power=1.0):
 
 
 def _update_logits(key, logits, z, beta_a, beta_b, max_count):
-    """Slice-sample each ``logit π_k`` from its exact conditional (step 2), ``k = 1..K`` in turn."""
+    """Slice-sample each ``logit π_k`` from its exact conditional (step 3), ``k = 1..K`` in turn."""
     dtype = logits.dtype
     num_rows = z.shape[0]
     uses = z.sum(0).astype(dtype)
@@ -295,8 +300,60 @@ def _update_logits(key, logits, z, beta_a, beta_b, max_count):
     return logits
 
 
+def _complement_columns(key, z, logits, nums, max_count, power=1.0):
+    """Column-complement moves (step 2 of the module docstring), ``k = 1..K`` in turn.
+
+    The proposal ``z_{:k} → 1 - z_{:k}``, ``logit π_k → -logit π_k`` is an involution with unit
+    Jacobian in the logit coordinates, and the logit-space factor ``π_k (1 - π_k)`` of the target
+    is unchanged by it, so it is accepted with ``min(1, p(O, Z', π') / p(O, Z, π))`` (features
+    integrated out; the likelihood to the power ``power``). It is rejected when a row count leaves
+    the support of its ``f_n``. Returns the new ``(Z, logits)``.
+    """
+    dtype = logits.dtype
+    log_f = nums.count_log_pmf.astype(dtype)
+    num_rows = z.shape[0]
+    x = nums.obs.astype(dtype)
+    x_sum = x.sum(0)
+
+    def log_target(z, logits, stats):
+        counts = z.sum(1)
+        inside = counts <= max_count
+        f_n = jnp.take_along_axis(log_f, jnp.clip(counts, 0, max_count)[:, None], 1)[:, 0]
+        ok = jnp.all(inside & jnp.isfinite(f_n))
+        log_prior = _log_prior(logits, jnp.where(ok, z, 0), nums, max_count)
+        log_lik = _feature_posterior(z, nums, dtype, stats)[2]
+        return jnp.where(ok, log_prior + power * log_lik, -jnp.inf)
+
+    def column(carry, inputs):
+        z, logits, (gram, ztx), current = carry
+        k, key = inputs
+        col = z[:, k].astype(dtype)
+        # ZᵀZ and ZᵀO with column k complemented: O(K² + KD), not O(NK²)
+        cross = z.sum(0).astype(dtype) - gram[k]  # (1 - z_k)ᵀ z_j
+        cross = cross.at[k].set(num_rows - col.sum())
+        gram_new = gram.at[k, :].set(cross).at[:, k].set(cross)
+        ztx_new = ztx.at[k].set(x_sum - ztx[k])
+        z_new = z.at[:, k].set(1 - z[:, k])
+        logits_new = logits.at[k].set(-logits[k])
+        proposed = log_target(z_new, logits_new, (gram_new, ztx_new))
+        take = jnp.log(random.uniform(key, dtype=dtype)) < proposed - current
+        z, logits, gram, ztx = jax.tree.map(
+            lambda a, b: jnp.where(take, a, b),
+            (z_new, logits_new, gram_new, ztx_new),
+            (z, logits, gram, ztx),
+        )
+        return (z, logits, (gram, ztx), jnp.where(take, proposed, current)), None
+
+    keys = random.split(key, logits.shape[0])
+    zf = z.astype(dtype)
+    stats = zf.T @ zf, zf.T @ x
+    init = (z, logits, stats, log_target(z, logits, stats))
+    (z, logits, _, _), _ = lax.scan(column, init, (jnp.arange(logits.shape[0]), keys))
+    return z, logits
+
+
 def _tilt(key, logits, beta_a, beta_b):
-    """Esscher tilt move (step 3): ``logits + θ`` with ``θ`` slice-sampled from the prior alone."""
+    """Esscher tilt move (step 4): ``logits + θ`` with ``θ`` slice-sampled from the prior alone."""
     a, b = beta_a.astype(logits.dtype), beta_b.astype(logits.dtype)
 
     def log_density(theta):
@@ -306,23 +363,24 @@ def _tilt(key, logits, beta_a, beta_b):
     return logits + _slice_sample(key, jnp.zeros((), logits.dtype), log_density, _TILT_WIDTH)
 
 
-def _draw_features(key, z, nums, dtype):
-    r"""``A ~ p(A | Z, O)`` (step 4) and the collapsed ``log p(O | Z)``.
+def _feature_posterior(z, nums, dtype, stats=None):
+    r"""``p(A | Z, O)`` and the collapsed ``log p(O | Z)``: ``(mean (K, D), chol, log_lik)``.
 
-    The posterior has mean ``M⁻¹ZᵀO`` and covariance ``σ_o² M⁻¹`` per column. With
-    ``r = σ_o²/σ_A²`` (Griffiths & Ghahramani 2011, Eq. 26, by Woodbury):
-    ``log p(O | Z) = -ND/2 log(2πσ_o²) - D/2 (log|M| - K log r)
-    - (tr OᵀO - tr(OᵀZ M⁻¹ ZᵀO)) / (2σ_o²)``.
+    The posterior has mean ``M⁻¹ZᵀO`` and covariance ``σ_o² M⁻¹`` per column (``chol`` is the
+    lower Cholesky factor of ``M``). With ``r = σ_o²/σ_A²`` (Griffiths & Ghahramani 2011, Eq. 26,
+    by Woodbury): ``log p(O | Z) = -ND/2 log(2πσ_o²) - D/2 (log|M| - K log r)
+    - (tr OᵀO - tr(OᵀZ M⁻¹ ZᵀO)) / (2σ_o²)``. ``stats`` may give ``(ZᵀZ, ZᵀO)`` already
+    computed (then ``z`` is only used for its shape).
     """
-    zf = z.astype(dtype)
     x = nums.obs.astype(dtype)
     noise_var = nums.noise_var.astype(dtype)
     ratio = noise_var / nums.feature_var.astype(dtype)
-    _, chol = _precision(zf, ratio)
-    ztx = zf.T @ x
+    if stats is None:
+        zf = z.astype(dtype)
+        stats = zf.T @ zf, zf.T @ x
+    gram, ztx = stats
+    chol = jnp.linalg.cholesky(gram + ratio * jnp.eye(gram.shape[0], dtype=dtype))
     mean = cho_solve((chol, True), ztx)
-    eps = random.normal(key, mean.shape, dtype)
-    a = mean + jnp.sqrt(noise_var) * solve_triangular(chol.T, eps, lower=False)
     (num_rows, dim), num_features = x.shape, z.shape[1]
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
     quad = jnp.sum(x * x) - jnp.sum(ztx * mean)
@@ -331,7 +389,15 @@ def _draw_features(key, z, nums, dtype):
         - 0.5 * dim * (log_det - num_features * jnp.log(ratio))
         - quad / (2.0 * noise_var)
     )
-    return a, log_lik
+    return mean, chol, log_lik
+
+
+def _draw_features(key, z, nums, dtype):
+    """``A ~ p(A | Z, O)`` (step 5) and the collapsed ``log p(O | Z)``."""
+    mean, chol, log_lik = _feature_posterior(z, nums, dtype)
+    eps = random.normal(key, mean.shape, dtype)
+    noise_sd = jnp.sqrt(nums.noise_var.astype(dtype))
+    return mean + noise_sd * solve_triangular(chol.T, eps, lower=False), log_lik
 
 
 def _log_prior(logits, z, nums, max_count):
@@ -528,11 +594,13 @@ class RestrictedIBPGibbs(MCMCKernel):
         spec = self._spec
         z, logits = state.z[spec.rows_site], state.logits
         nums = spec.numbers(state.z, model_args, model_kwargs)
-        key, k_rows, k_pi, k_tilt, k_a = random.split(state.rng_key, 5)
+        key, k_rows, k_flip, k_pi, k_tilt, k_a = random.split(state.rng_key, 6)
         power = 1.0
         if self._anneal and self._num_warmup > 0:  # linear from ~0 to 1 over half the warmup
             power = jnp.clip((state.i + 1.0) / (0.5 * self._num_warmup), 0.0, 1.0)
         z, accepted = _update_rows(k_rows, z, logits, nums, spec.max_count, spec.fixed_count, power)
+        if not spec.fixed_count:
+            z, logits = _complement_columns(k_flip, z, logits, nums, spec.max_count, power)
         logits = _update_logits(k_pi, logits, z, nums.beta_a, nums.beta_b, spec.max_count)
         logits = _tilt(k_tilt, logits, nums.beta_a, nums.beta_b)
         a, log_lik = _draw_features(k_a, z, nums, logits.dtype)
