@@ -3,6 +3,7 @@
     python benchmarks/bench_ribp.py            # full run (a few minutes on 2 cores)
     python benchmarks/bench_ribp.py --quick    # smaller N, fewer MCMC samples
     python benchmarks/bench_ribp.py --quality  # only the held-out NLL table (section 3)
+    python benchmarks/bench_ribp.py --proposal # only the log_predictive bias check (section 4)
 
 Data: Z ~ IBP(α = 10, β = 1), A_k ~ N(0, I_50), o_n = z_n A + N(0, 0.5² I). Prints
 
@@ -114,7 +115,14 @@ def main():
     parser.add_argument(
         "--hmc-iters", type=int, help="warm-up (= sampling) iterations of the MCMC reference"
     )
+    parser.add_argument(
+        "--proposal",
+        action="store_true",
+        help="only the bias of the filter's log_predictive on a state with the true features",
+    )
     args = parser.parse_args()
+    if args.proposal:
+        return proposal_bias(sizes=QUALITY_SIZES[:1] if args.quick else QUALITY_SIZES)
     if args.quality:
         return quality(quick=args.quick, hmc_iters=args.hmc_iters)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
@@ -442,6 +450,72 @@ def quality(quick=False, hmc_iters=None):
         f" draw); matched: true features with a found one within {MATCH_TOL:.0%} of their norm;"
         " fit s includes compilation"
     )
+
+
+# ---------------------------------------------------------------------------- 4. proposal bias
+def proposal_bias(sizes=QUALITY_SIZES, num_test=500, num_samples=2000, seed=1):
+    """Section 4: bias of ``RIBPFilter.log_predictive`` on a state that holds the true features.
+
+    The state has the true features used by the first ``N`` rows (variance 0, ``S_k`` their true
+    counts, created), unborn slots at the prior, and ``num_seen = N``. Its target differs from
+    the oracle's only in the prior of new features (the R-IBP spreads them over slots), so the
+    oracle's sampler is also run on the filter's own target: the unborn slots share the marginal
+    ``N(0, σ_A²)``, so ``p(o | z)`` depends on them only through their number ``j``, whose
+    prior is the Poisson-binomial of their ``π_k``.
+    """
+    z_all, a_true, obs_all = synthetic(max(sizes) + num_test, seed=seed)
+    test = obs_all[-num_test:]
+    print(
+        f"\n== 4. log_predictive bias on a state holding the true features ({num_test} test rows,"
+        f" {num_samples} samples; filter minus reference, nats; 'own': the filter's own target)"
+    )
+    print(
+        f"{'N':>6} {'mean':>8} {'median':>8} {'< -5':>5} {'< -1':>5} {'worst':>8}"
+        f" {'own mean':>9} {'own worst':>10} {'s':>6}"
+    )
+    for n in sizes:
+        z_train = z_all[:n]
+        used = z_train.sum(0) > 0
+        k, feats, counts = int(used.sum()), a_true[used], z_train[:, used].sum(0)
+        oracle, _ = ibp_log_predictive(
+            test, feats, counts / (BETA + n), ALPHA * BETA / (BETA + n), random.PRNGKey(1)
+        )
+        capacity = k + 24
+        filt = RIBPFilter(linear_gaussian, max_features=capacity)
+        state = filt.init(random.PRNGKey(0), **KWARGS)
+        pad = np.zeros(capacity - k, np.float32)
+        state = state._replace(
+            mean=state.mean.at[:k].set(feats),
+            var=state.var.at[:k].set(0.0),
+            running_sum=jnp.asarray(np.concatenate([counts, pad]), state.running_sum.dtype),
+            existence=jnp.asarray(np.concatenate([np.ones(k), pad]), state.existence.dtype),
+            num_seen=jnp.asarray(n, state.num_seen.dtype),
+        )
+        eps = np.finfo(np.float32).eps  # the filter's clip
+        prior = np.clip(np.asarray(filt.prior(state), np.float64), eps, 1.0 - eps)
+        pj = np.zeros(capacity - k + 1)
+        pj[0] = 1.0
+        for p in prior[k:]:  # Poisson-binomial number of unborn slots switched on
+            pj[1:] = pj[1:] * (1 - p) + pj[:-1] * p
+            pj[0] *= 1 - p
+        own, _ = _ibp_log_predictive(
+            jnp.asarray(test, jnp.float32),
+            jnp.asarray(feats, jnp.float32),
+            jnp.clip(jnp.asarray(prior[:k], jnp.float32), 1e-20, 1.0 - 1e-6),
+            jnp.asarray(np.log(np.maximum(pj[: MAX_NEW + 1], 1e-300)), jnp.float32),
+            random.split(random.PRNGKey(1), num_test),
+            1000,
+        )
+        t0 = time.perf_counter()
+        lp = filt.log_predictive(state, test, rng_key=random.PRNGKey(7), num_samples=num_samples)
+        lp = np.asarray(jax.block_until_ready(lp), np.float64)
+        seconds = time.perf_counter() - t0
+        d, e = lp - oracle, lp - np.asarray(own, np.float64)
+        print(
+            f"{n:>6,} {d.mean():>8.3f} {np.median(d):>8.4f} {(d < -5).sum():>5} {(d < -1).sum():>5}"
+            f" {d.min():>8.1f} {e.mean():>9.3f} {e.min():>10.1f} {seconds:>6.1f}"
+        )
+    print("s: the filter's log_predictive, including compilation")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,8 @@ from numpyro_bnp.infer._model import read_feature_model
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
 
+POLISH_STEPS = 16  # greedy flip steps that improve the log-predictive proposal's mode
+
 
 class RIBPState(NamedTuple):
     """Filter state after ``num_seen`` observations, for ``K`` slots and dimension ``D``.
@@ -670,10 +672,14 @@ class RIBPFilter:
         closed form (linear-Gaussian: ``N(o; z μ, diag(σ² + z Σ))``; factor analysis: the Gaussian
         with the weights integrated out and the features' variance moment-matched); the generic
         path draws ``A ~ q(A)`` with each ``z``. ``z`` is drawn from a mean-field proposal fitted
-        to the row (the filter's own coordinate ascent with the features held fixed), mixed 9:1
-        with the prior for bounded weights, and the estimate is the log-mean-exp of the
-        ``num_samples`` importance weights ``π(z) p(o | z) / proposal(z)`` — consistent as
-        ``num_samples`` grows, unlike the paper's average log-likelihood (a Jensen lower bound).
+        to the row (the filter's own coordinate ascent with the features held fixed; for the
+        Gaussian kinds its rounding is then improved by greedy single and pair flips, see
+        :meth:`_proposal_mode`, and the proposal is half the refit from there and half that mode;
+        mass on unborn slots is shared out over all of them, see :meth:`_spread_over_unborn`),
+        mixed 9:1 with the prior, which keeps every ``z`` possible and the weights bounded; the
+        estimate is the log-mean-exp of the ``num_samples`` importance weights
+        ``π(z) p(o | z) / proposal(z)`` — consistent as ``num_samples`` grows, unlike the paper's
+        average log-likelihood (a Jensen lower bound).
 
         :param test_obs: ``(M, D)``.
         :return: ``(M,)`` estimates of ``log p(o | data)``.
@@ -716,11 +722,93 @@ class RIBPFilter:
         ]
         return jnp.concatenate(parts)
 
+    def _proposal_mode(self, state, obs, prior, b):
+        """Greedy single and pair flips of the rounded fit ``b`` of one row; ``(K,)`` 0/1.
+
+        Coordinate ascent from the prior falls into a poor local optimum on a few rows in a
+        hundred, e.g. when two features sum to roughly a third: it switches on the first two and
+        no single flip then helps, while the mode (the third alone) can carry e^50 times the
+        posterior mass, which a proposal centred on the wrong optimum almost never samples. Each
+        of ``POLISH_STEPS`` steps takes the better of the best single flip and the best pair flip
+        under the exact ``log π(z) + log p(o | z)`` (:meth:`_gaussian_log_marginal`), if it
+        improves. Linear-Gaussian: every single flip is scored exactly (this also catches unborn
+        slots, whose mean is the prior's but whose variance explains a large residual); the
+        pair, and for factor analysis the single, is picked by the plug-in Gaussian gain
+        (features at their means ``E[w] μ_k``, paper App. B). The polish runs from two starts,
+        the rounded fit and the empty ``z`` (a greedy forward selection, which reaches modes
+        that need three or more flips from the fit), and the better end point is returned.
+        Gaussian kinds.
+        """
+        lam = self._noise_prec
+        w_loc = 1.0 if self.kind == "linear_gaussian" else self.spec.weight_loc
+        feats = w_loc * state.mean
+        logit = _logit(prior)
+        sq_norm = jnp.sum(lam * feats * feats, axis=-1)
+        gram = (lam * feats) @ feats.T
+        eye = jnp.eye(prior.shape[0], dtype=prior.dtype)
+        off_diag = eye == 0
+
+        def score(z):
+            return z @ logit + self._gaussian_log_marginal(state, obs, z)
+
+        def step(_, carry):
+            z, best = carry
+            sign = 1.0 - 2.0 * z
+            gain = sign * logit + sign * ((lam * feats) @ (obs - z @ feats)) - 0.5 * sq_norm
+            pair = gain[:, None] + gain[None] - jnp.outer(sign, sign) * gram
+            pair = jnp.where(off_diag, pair, -jnp.inf)
+            i, j = jnp.unravel_index(jnp.argmax(pair), pair.shape)
+            both = jnp.abs(z - jnp.zeros_like(z).at[i].set(1.0).at[j].set(1.0))
+            if self.kind == "linear_gaussian":  # all single flips scored exactly: O(K² D)
+                singles = jnp.abs(z[None] - eye)
+                single_scores = jax.vmap(score)(singles)
+                k = jnp.argmax(single_scores)
+                single, single_score = singles[k], single_scores[k]
+            else:
+                single = jnp.abs(z - eye[jnp.argmax(gain)])
+                single_score = score(single)
+            both_score = score(both)
+            cand = jnp.where(single_score >= both_score, single, both)
+            new = jnp.maximum(single_score, both_score)
+            better = new > best
+            return jnp.where(better, cand, z), jnp.where(better, new, best)
+
+        starts = jnp.stack([(b > 0.5).astype(b.dtype), jnp.zeros_like(b)])
+        z, best = jax.vmap(lambda z: lax.fori_loop(0, POLISH_STEPS, step, (z, score(z))))(starts)
+        return z[jnp.argmax(best)]
+
+    def _spread_over_unborn(self, state, prior, b):
+        """Share the fit's mass on unborn slots out over all of them in proportion to ``π``.
+
+        Slots whose feature is still at the prior are exchangeable in ``p(o | z)``, so the
+        target gives "one new feature" to every one of them in proportion to its ``π_k``; the
+        fit (and the polished mode) switches on just one. A proposal centred on that one slot
+        samples the others only through the 10 % prior share, which at 2,000 samples misses
+        most of the mass (estimates ``log 10`` low on rows with a new feature). The total
+        ``Σ b_k`` over unborn slots, the expected number of new features, is kept (each
+        ``b_k ≤ 1``). ``prior``, ``b``: ``(K,)``.
+        """
+        unborn = jnp.all((state.mean == self._loc) & (state.var == self._var), axis=-1)
+        share = jnp.where(unborn, prior, 0.0)
+        total = jnp.sum(jnp.where(unborn, b, 0.0))
+        spread = jnp.minimum(
+            total * share / jnp.maximum(jnp.sum(share), jnp.finfo(b.dtype).tiny), 1.0
+        )
+        return jnp.where(unborn, spread, b)
+
     def _log_predictive_fn(self, num_samples):
         def one(state, o, key):
             dt = self.dtype
             eps = jnp.finfo(dt).eps
             prior, b = self._local_fit(state, o)
+            if self.kind != "generic":  # see _proposal_mode
+                z_hat = self._proposal_mode(state, o, prior, b)
+                refit = self._fit_closed_form(state, o, z_hat, _logit(prior), update_features=False)
+                # coordinate ascent from z_hat can slide back to the plain fit's optimum (on 4 of
+                # 500 rows at D = 50, and always off a new feature's unborn slot): keep half the
+                # mass on the polished mode itself
+                b = 0.5 * (refit[0] + z_hat)
+            b = self._spread_over_unborn(state, prior, b)
             proposal = jnp.clip(0.9 * b + 0.1 * prior, eps, 1.0 - eps)
             key_z, key_a = random.split(key)
             z = (random.uniform(key_z, (num_samples, prior.shape[0]), dt) < proposal).astype(dt)
