@@ -90,6 +90,9 @@ from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._model import read_feature_model
+from numpyro_bnp.infer._ribp_refine import refine_linear_gaussian
+
+_refine_jit = jax.jit(refine_linear_gaussian, static_argnames=("num_passes", "num_candidates"))
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
 
@@ -653,6 +656,89 @@ class RIBPFilter:
         """Read a state saved by :meth:`RIBPResult.save` (``.npz``)."""
         return streaming.load(path, RIBPState)
 
+    def refine(self, state, data, *, num_passes=100, start="empty", min_use=1.5, num_candidates=16):
+        """Refinement passes over a buffer of rows, everything unfrozen (linear-Gaussian model).
+
+        Batch mean-field coordinate ascent over ``data`` with birth (at most one per pass) and
+        death moves; see :mod:`numpyro_bnp.infer._ribp_refine`. The returned state describes
+        ``data`` alone (``S_k = Σ_n b_nk``, ``num_seen = N``): pass the rows the filter has
+        absorbed, or the recent ones, and continue the stream from it. With
+        ``max_features=None`` the capacity first grows to hold ``num_passes`` more features.
+
+        :param state: an :class:`RIBPState`, e.g. ``result.state`` after :meth:`run`.
+        :param data: ``(N, D)`` rows.
+        :param int num_passes: passes over ``data``, each O(N K D).
+        :param str start: ``"empty"`` (default): the passes build the features by births alone;
+            ``"filter"``: they start from the state's features. The filter's early features are
+            sums of true ones, a local optimum the passes do not leave (``docs/ribp.md``
+            measures both).
+        :param float min_use: features used by fewer rows than this (in expectation) are removed.
+        :param int num_candidates: rows and principal directions of the residual tried as new
+            features in each pass.
+        :return: ``(state, traces)``; ``traces`` holds ``num_features`` and ``fit`` (expected
+            log-likelihood plus entropy per row, up to constants), one value per pass.
+        """
+        self._require_init()
+        if self.kind != "linear_gaussian":
+            raise ValueError(
+                "RIBPFilter.refine expected a linear-Gaussian model (obs ~ Normal(Z @ A, σ)); "
+                f"found the {self.kind!r} likelihood"
+            )
+        for name, value in (("num_passes", num_passes), ("num_candidates", num_candidates)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (np.isfinite(min_use) and min_use > 0):
+            raise ValueError(f"min_use must be a positive number, got {min_use!r}")
+        if start not in ("empty", "filter"):
+            raise ValueError(f"start must be 'empty' or 'filter', got {start!r}")
+        if not isinstance(state, RIBPState) or state.mean.shape[1:] != (self.dim,):
+            raise ValueError(f"state must be an RIBPState with D={self.dim}")
+        obs = jnp.asarray(self.check_batch(data, name="data"))
+        dt = self.dtype
+        active = np.asarray(state.existence > 0.5) & (start == "filter")
+        capacity = self.capacity(state)
+        if self.max_features is None:
+            while capacity < active.sum() + num_passes:
+                capacity *= 2
+            state = self.grow(state, capacity) if capacity > self.capacity(state) else state
+            active = np.concatenate([active, np.zeros(capacity - len(active), bool)])
+        if start == "filter":
+            b = jnp.where(jnp.asarray(active), self.feature_use(state, obs), 0.0)
+            mean, var = state.mean, state.var
+        else:
+            b = jnp.zeros((obs.shape[0], capacity), dt)
+            mean = jnp.broadcast_to(self._loc, state.mean.shape)
+            var = jnp.broadcast_to(self._var, state.var.shape)
+        consts = (
+            self._noise_prec,
+            self._loc,
+            self._var,
+            self._ibp.alpha,
+            self._ibp.beta,
+            jnp.asarray(min_use, dt),
+        )
+        b, mean, var, active, count, fit = _refine_jit(
+            obs,
+            b,
+            mean,
+            var,
+            jnp.asarray(active),
+            consts,
+            num_passes=num_passes,
+            num_candidates=min(num_candidates, obs.shape[0]),
+        )
+        order = jnp.argsort(~active, stable=True)  # kept features first, as the prior indexes them
+        eps = jnp.finfo(dt).eps
+        refined = RIBPState(
+            mean=mean[order],
+            var=var[order],
+            running_sum=jnp.sum(b, axis=0)[order].astype(dt),
+            existence=jnp.where(active[order], 1.0 - eps, 0.0).astype(dt),
+            num_seen=jnp.asarray(obs.shape[0], jnp.int32),
+            truncation=jnp.zeros((), dt),
+        )
+        return refined, {"num_features": np.asarray(count), "fit": np.asarray(fit)}
+
     # ------------------------------------------------------------------ read-outs
     def posterior_draws(self, rng_key, state, num_draws):
         """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
@@ -788,6 +874,16 @@ class RIBPResult(streaming.StreamingResult):
     def feature_use(self, obs):
         """See :meth:`RIBPFilter.feature_use`."""
         return self.engine.feature_use(self.state, obs)
+
+    def refine(self, data, **options):
+        """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.
+
+        The passes' own traces are in the new result's ``refine_traces``.
+        """
+        state, traces = self.engine.refine(self.state, data, **options)
+        result = RIBPResult(self.engine, state, self.traces, self.time)
+        result.refine_traces = traces
+        return result
 
     def log_predictive(self, test_obs, *, rng_key=None, num_samples=1000):
         """See :meth:`RIBPFilter.log_predictive`."""
