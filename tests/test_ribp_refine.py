@@ -29,7 +29,8 @@ def _data(seed):
 
 
 def _score(result, test):
-    return result.features["mean"].shape[0], np.asarray(result.log_predictive(test, num_samples=1000))
+    lp = np.asarray(result.log_predictive(test, num_samples=1000))
+    return result.features["mean"].shape[0], lp
 
 
 @pytest.fixture(scope="module")

@@ -31,10 +31,11 @@ O(N K D) per pass, memory O(N K); all shapes fixed (the capacity is set before t
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.scipy.special import xlogy
 
-__all__ = ["refine_linear_gaussian"]
+__all__ = ["refine_linear_gaussian", "refine_state"]
 
 NUM_ROUNDS = 4  # re-estimations of a candidate feature from the rows that take it
 
@@ -163,3 +164,58 @@ def refine_linear_gaussian(obs, b, mean, var, active, consts, *, num_passes, num
 
     carry, traces = lax.scan(one_pass, (b, mean, var, active), None, length=num_passes)
     return (*carry, *traces)
+
+
+_refine_jit = jax.jit(refine_linear_gaussian, static_argnames=("num_passes", "num_candidates"))
+
+
+def refine_state(engine, state, obs, num_passes, start, min_use, num_candidates):
+    """:meth:`RIBPFilter.refine` after validation: set up, run the passes, compact the slots.
+
+    :param engine: the :class:`RIBPFilter` (linear-Gaussian, initialised).
+    :param obs: ``(N, D)`` validated rows.
+    :return: the refined ``(mean, var, running_sum, existence)`` (kept features first) and the
+        traces ``{"num_features", "fit"}`` of the passes.
+    """
+    dt = engine.dtype
+    active = np.asarray(state.existence > 0.5) & (start == "filter")
+    capacity = engine.capacity(state)
+    if engine.max_features is None:  # room for one birth per pass
+        while capacity < active.sum() + num_passes:
+            capacity *= 2
+        state = engine.grow(state, capacity) if capacity > engine.capacity(state) else state
+        active = np.concatenate([active, np.zeros(capacity - len(active), bool)])
+    if start == "filter":
+        b = jnp.where(jnp.asarray(active), engine.feature_use(state, obs), 0.0)
+        mean, var = state.mean, state.var
+    else:
+        b = jnp.zeros((obs.shape[0], capacity), dt)
+        mean = jnp.broadcast_to(engine._loc, state.mean.shape)
+        var = jnp.broadcast_to(engine._var, state.var.shape)
+    consts = (
+        engine._noise_prec,
+        engine._loc,
+        engine._var,
+        engine._ibp.alpha,
+        engine._ibp.beta,
+        jnp.asarray(min_use, dt),
+    )
+    b, mean, var, active, count, fit = _refine_jit(
+        obs,
+        b,
+        mean,
+        var,
+        jnp.asarray(active),
+        consts,
+        num_passes=num_passes,
+        num_candidates=num_candidates,
+    )
+    order = jnp.argsort(~active, stable=True)  # kept features first, as the prior indexes them
+    eps = jnp.finfo(dt).eps
+    fields = (
+        mean[order],
+        var[order],
+        jnp.sum(b, axis=0)[order].astype(dt),
+        jnp.where(active[order], 1.0 - eps, 0.0).astype(dt),
+    )
+    return fields, {"num_features": np.asarray(count), "fit": np.asarray(fit)}

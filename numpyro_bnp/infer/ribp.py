@@ -39,6 +39,11 @@ greedy features are blends that rarely recur, see ``docs/ribp.md``). ``"collapse
 (experimental) does the same for every slot, existing features included and not ossified; it
 under-counts even more.
 
+**Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
+one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
+feature unfrozen, birth and death moves (:mod:`numpyro_bnp.infer._ribp_refine`). It brings the
+count close to the truth where the one-pass filter stalls (``docs/ribp.md``).
+
 Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
 
 * **linear-Gaussian** (``o_n ~ N(z_n A, diag σ²)``): closed-form updates (paper App. B.2, Eqs.
@@ -90,9 +95,7 @@ from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._model import read_feature_model
-from numpyro_bnp.infer._ribp_refine import refine_linear_gaussian
-
-_refine_jit = jax.jit(refine_linear_gaussian, static_argnames=("num_passes", "num_candidates"))
+from numpyro_bnp.infer._ribp_refine import refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
 
@@ -694,50 +697,15 @@ class RIBPFilter:
         if not isinstance(state, RIBPState) or state.mean.shape[1:] != (self.dim,):
             raise ValueError(f"state must be an RIBPState with D={self.dim}")
         obs = jnp.asarray(self.check_batch(data, name="data"))
-        dt = self.dtype
-        active = np.asarray(state.existence > 0.5) & (start == "filter")
-        capacity = self.capacity(state)
-        if self.max_features is None:
-            while capacity < active.sum() + num_passes:
-                capacity *= 2
-            state = self.grow(state, capacity) if capacity > self.capacity(state) else state
-            active = np.concatenate([active, np.zeros(capacity - len(active), bool)])
-        if start == "filter":
-            b = jnp.where(jnp.asarray(active), self.feature_use(state, obs), 0.0)
-            mean, var = state.mean, state.var
-        else:
-            b = jnp.zeros((obs.shape[0], capacity), dt)
-            mean = jnp.broadcast_to(self._loc, state.mean.shape)
-            var = jnp.broadcast_to(self._var, state.var.shape)
-        consts = (
-            self._noise_prec,
-            self._loc,
-            self._var,
-            self._ibp.alpha,
-            self._ibp.beta,
-            jnp.asarray(min_use, dt),
+        fields, traces = refine_state(
+            self, state, obs, num_passes, start, min_use, min(num_candidates, obs.shape[0])
         )
-        b, mean, var, active, count, fit = _refine_jit(
-            obs,
-            b,
-            mean,
-            var,
-            jnp.asarray(active),
-            consts,
-            num_passes=num_passes,
-            num_candidates=min(num_candidates, obs.shape[0]),
-        )
-        order = jnp.argsort(~active, stable=True)  # kept features first, as the prior indexes them
-        eps = jnp.finfo(dt).eps
         refined = RIBPState(
-            mean=mean[order],
-            var=var[order],
-            running_sum=jnp.sum(b, axis=0)[order].astype(dt),
-            existence=jnp.where(active[order], 1.0 - eps, 0.0).astype(dt),
+            *fields,
             num_seen=jnp.asarray(obs.shape[0], jnp.int32),
-            truncation=jnp.zeros((), dt),
+            truncation=jnp.zeros_like(state.truncation),
         )
-        return refined, {"num_features": np.asarray(count), "fit": np.asarray(fit)}
+        return refined, traces
 
     # ------------------------------------------------------------------ read-outs
     def posterior_draws(self, rng_key, state, num_draws):
