@@ -120,11 +120,21 @@ def main():
         action="store_true",
         help="only the bias of the filter's log_predictive on a state with the true features",
     )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        help=f"training sizes of section 3 (default {QUALITY_SIZES})",
+    )
+    parser.add_argument("--no-hmc", action="store_true", help="skip the MCMC reference")
     args = parser.parse_args()
     if args.proposal:
         return proposal_bias(sizes=QUALITY_SIZES[:1] if args.quick else QUALITY_SIZES)
+    options = dict(
+        quick=args.quick, hmc_iters=args.hmc_iters, sizes=args.sizes, hmc=not args.no_hmc
+    )
     if args.quality:
-        return quality(quick=args.quick, hmc_iters=args.hmc_iters)
+        return quality(**options)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     print(f"backend {jax.default_backend()}, {jax.device_count()} device(s), float32, D={DIM}")
     z_all, _, obs_all = synthetic(max(sizes) + 300)
@@ -155,7 +165,7 @@ def main():
             f"{kib:>10.1f} {res.traces['num_features'][-1]:>9.1f} {truth:>5} {rss:>13.0f}"
         )
 
-    quality(quick=args.quick, hmc_iters=args.hmc_iters)
+    quality(**options)
 
 
 # ---------------------------------------------------------------------------- 3. held-out NLL
@@ -164,6 +174,7 @@ MATCH_TOL = 0.3  # a true feature is recovered if a learned one is within 30 % o
 
 
 MAX_NEW = 16  # new features summed over in the oracle's predictive
+REFINE_PASSES = 150  # passes of RIBPFilter.refine (one birth at most per pass)
 
 
 def ibp_log_predictive(test, feats, probs, new_rate, key, num_samples=1000):
@@ -311,11 +322,13 @@ def num_matched(learned, truth):
     return int(np.sum(np.sqrt(dist2.min(1)) < MATCH_TOL * np.linalg.norm(truth, axis=1)))
 
 
-def quality(quick=False, hmc_iters=None):
+def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
     """Section 3: held-out NLL per observation and features recovered, one table.
 
     ``hmc_iters``: warm-up and sampling iterations of the MCMC reference (default 150, 60 with
-    ``quick``; about 0.7 s each on an idle 2-core machine).
+    ``quick``; about 0.7 s each on an idle 2-core machine). ``sizes``: training sizes (the MCMC
+    reference runs at the first, unless ``hmc`` is False). The filter is followed by
+    ``RIBPFilter.refine`` over its training rows, from the filter's features and from none.
     """
     from scipy.special import logsumexp
     from sklearn.decomposition import PCA, FactorAnalysis
@@ -323,7 +336,7 @@ def quality(quick=False, hmc_iters=None):
     num_test = 200 if quick else 500
     num_is = 2000  # importance samples of the filter's log_predictive
     hmc_iters = hmc_iters or (60 if quick else 150)
-    sizes = QUALITY_SIZES[:1] if quick else QUALITY_SIZES
+    sizes = sizes or (QUALITY_SIZES[:1] if quick else QUALITY_SIZES)
     z_all, a_true, obs_all = synthetic(max(sizes) + num_test, seed=1)
     test = obs_all[-num_test:]
     print(
@@ -378,7 +391,26 @@ def quality(quick=False, hmc_iters=None):
             )
         )
 
-        if n == sizes[0]:
+        for start in ("filter", "empty"):
+            t0 = time.perf_counter()
+            refined = res.refine(train, num_passes=REFINE_PASSES, start=start)
+            jax.block_until_ready(refined.state)
+            seconds = time.perf_counter() - t0
+            lp = np.asarray(refined.log_predictive(test, num_samples=num_is), np.float64)
+            rows.append(
+                (
+                    n,
+                    f"  + refine, start={start!r}",
+                    lp,
+                    refined.features["mean"].shape[0],
+                    num_matched(refined.features["mean"], true_feats),
+                    true_k,
+                    seconds,
+                    f"IS {num_is}; {REFINE_PASSES} passes",
+                )
+            )
+
+        if hmc and n == sizes[0]:
             truncation = 16 * -(-int(1.1 * true_k) // 16)  # >= the truth, a multiple of 16
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -39,6 +39,11 @@ greedy features are blends that rarely recur, see ``docs/ribp.md``). ``"collapse
 (experimental) does the same for every slot, existing features included and not ossified; it
 under-counts even more.
 
+**Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
+one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
+feature unfrozen, birth and death moves (:mod:`numpyro_bnp.infer._ribp_refine`). It brings the
+count close to the truth where the one-pass filter stalls (``docs/ribp.md``).
+
 Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
 
 * **linear-Gaussian** (``o_n ~ N(z_n A, diag σ²)``): closed-form updates (paper App. B.2, Eqs.
@@ -90,6 +95,7 @@ from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._model import read_feature_model
+from numpyro_bnp.infer._ribp_refine import refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
 
@@ -655,6 +661,54 @@ class RIBPFilter:
         """Read a state saved by :meth:`RIBPResult.save` (``.npz``)."""
         return streaming.load(path, RIBPState)
 
+    def refine(self, state, data, *, num_passes=100, start="empty", min_use=1.5, num_candidates=16):
+        """Refinement passes over a buffer of rows, everything unfrozen (linear-Gaussian model).
+
+        Batch mean-field coordinate ascent over ``data`` with birth (at most one per pass) and
+        death moves; see :mod:`numpyro_bnp.infer._ribp_refine`. The returned state describes
+        ``data`` alone (``S_k = Σ_n b_nk``, ``num_seen = N``): pass the rows the filter has
+        absorbed, or the recent ones, and continue the stream from it. With
+        ``max_features=None`` the capacity first grows to hold ``num_passes`` more features.
+
+        :param state: an :class:`RIBPState`, e.g. ``result.state`` after :meth:`run`.
+        :param data: ``(N, D)`` rows.
+        :param int num_passes: passes over ``data``, each O(N K D).
+        :param str start: ``"empty"`` (default): the passes build the features by births alone;
+            ``"filter"``: they start from the state's features. The filter's early features are
+            sums of true ones, a local optimum the passes do not leave (``docs/ribp.md``
+            measures both).
+        :param float min_use: features used by fewer rows than this (in expectation) are removed.
+        :param int num_candidates: rows and principal directions of the residual tried as new
+            features in each pass.
+        :return: ``(state, traces)``; ``traces`` holds ``num_features`` and ``fit`` (expected
+            log-likelihood plus entropy per row, up to constants), one value per pass.
+        """
+        self._require_init()
+        if self.kind != "linear_gaussian":
+            raise ValueError(
+                "RIBPFilter.refine expected a linear-Gaussian model (obs ~ Normal(Z @ A, σ)); "
+                f"found the {self.kind!r} likelihood"
+            )
+        for name, value in (("num_passes", num_passes), ("num_candidates", num_candidates)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (np.isfinite(min_use) and min_use > 0):
+            raise ValueError(f"min_use must be a positive number, got {min_use!r}")
+        if start not in ("empty", "filter"):
+            raise ValueError(f"start must be 'empty' or 'filter', got {start!r}")
+        if not isinstance(state, RIBPState) or state.mean.shape[1:] != (self.dim,):
+            raise ValueError(f"state must be an RIBPState with D={self.dim}")
+        obs = jnp.asarray(self.check_batch(data, name="data"))
+        fields, traces = refine_state(
+            self, state, obs, num_passes, start, min_use, min(num_candidates, obs.shape[0])
+        )
+        refined = RIBPState(
+            *fields,
+            num_seen=jnp.asarray(obs.shape[0], jnp.int32),
+            truncation=jnp.zeros_like(state.truncation),
+        )
+        return refined, traces
+
     # ------------------------------------------------------------------ read-outs
     def posterior_draws(self, rng_key, state, num_draws):
         """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
@@ -876,6 +930,16 @@ class RIBPResult(streaming.StreamingResult):
     def feature_use(self, obs):
         """See :meth:`RIBPFilter.feature_use`."""
         return self.engine.feature_use(self.state, obs)
+
+    def refine(self, data, **options):
+        """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.
+
+        The passes' own traces are in the new result's ``refine_traces``.
+        """
+        state, traces = self.engine.refine(self.state, data, **options)
+        result = RIBPResult(self.engine, state, self.traces, self.time)
+        result.refine_traces = traces
+        return result
 
     def log_predictive(self, test_obs, *, rng_key=None, num_samples=1000):
         """See :meth:`RIBPFilter.log_predictive`."""
