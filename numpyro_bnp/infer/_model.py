@@ -578,8 +578,30 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
     :raises ValueError: naming the site that does not fit and listing the sites found.
     """
     model_kwargs = dict(model_kwargs or {})
+    noise = np.random.default_rng(0)
+    dtype = jnp.result_type(float)
+
+    def stand_in(site):
+        # Fixed values in the support instead of (slow, eager) draws of the atoms, topics and
+        # rates: the checks below need shapes and some values, any values in the support serve.
+        base = _unwrap(site["fn"])
+        if site["value"] is not None:
+            return None
+        shape = site["fn"].shape()
+        if isinstance(base, CompletelyRandomMeasure):
+            return jnp.asarray(-np.sort(-noise.uniform(0.05, 0.95, shape)), dtype)
+        if isinstance(base, dist.Gamma):
+            return jnp.asarray(noise.uniform(0.5, 1.5, shape), dtype)
+        if isinstance(base, dist.Dirichlet):
+            value = noise.uniform(0.5, 1.5, shape)
+            return jnp.asarray(value / value.sum(-1, keepdims=True), dtype)
+        return None
+
+    traced = handlers.substitute(model, substitute_fn=stand_in)
     with jax.ensure_compile_time_eval():
-        tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **model_kwargs)
+        tr = handlers.trace(handlers.seed(traced, rng_seed=0)).get_trace(
+            *model_args, **model_kwargs
+        )
     sites = [s for s in tr.values() if s["type"] == "sample"]
     summary = tuple(_describe(s) for s in sites)
     found = "; ".join(summary) or "no sample sites"

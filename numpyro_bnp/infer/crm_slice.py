@@ -305,7 +305,7 @@ class CRMSlice(MCMCKernel):
         key, key_psi = random.split(rng_key)
         n = spec.num_rows
         if self._topics:
-            return self._init_topics(key, key_psi)
+            return self._init_topics(key)
         z = {
             spec.count_site: jnp.zeros((n, cap), jnp.int32),
             spec.trait_site: self._draw_traits(key_psi, cap),
@@ -335,22 +335,20 @@ class CRMSlice(MCMCKernel):
             rng_key=key,
         )
 
-    def _init_topics(self, key, key_psi):
-        """Topic model: every token on atom 1 (its arrival drawn from the thinned tail)."""
+    def _init_topics(self, key):
+        """Topic model: every token on atom 1, at ``Γ_1 = 1``, uniform topics (any start with
+        positive density will do; the first sweep moves them and computes ``θ``)."""
         spec, dt, cap, n = self.spec, self.dtype, self.capacity, self.spec.num_rows
-        key, key_thin = random.split(key)
         words = self._obs if self._observed else jnp.zeros((n, 0), jnp.int32)
         allocation = jnp.zeros(words.shape, jnp.int32)
         counts = topic_model.token_counts(words, allocation, cap)
         num_atoms = jnp.any(counts > 0).astype(jnp.int32)
-        arrival, mark = self._thin(key_thin, jnp.zeros((), dt))
-        arrivals = jnp.zeros(cap, dt).at[0].set(jnp.where(num_atoms > 0, arrival, 0.0))
-        marks = jnp.full(cap, 0.5, dt).at[0].set(jnp.where(num_atoms > 0, mark, 0.5))
-        live = jnp.arange(cap) < num_atoms
-        theta = jnp.where(live, self._theta(jnp.where(live, arrivals, 1.0), marks), 0.0)
+        arrivals = jnp.zeros(cap, dt).at[0].set(num_atoms.astype(dt))
+        marks = jnp.full(cap, 0.5, dt)
+        theta = jnp.zeros(cap, dt)
         z = {
             spec.crm_site: theta,
-            spec.trait_site: self._draw_traits(key_psi, cap),
+            spec.trait_site: jnp.full((cap, spec.dim), 1.0 / spec.dim, dt),
             spec.rate_site: jnp.zeros((n, cap), dt),
         }
         zero = jnp.zeros((), dt)
