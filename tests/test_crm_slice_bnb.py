@@ -83,14 +83,14 @@ NUM_CHAINS, NUM_STEPS, TOKENS, CAP = 128, 100, 40, 32
 
 
 def exact_prior_state(kernel, template, rng):
-    """One exact draw of the kernel's state from the joint prior (the data included).
+    """One exact draw of the kernel's atoms, counts and topics from the joint prior.
 
     Arrivals ``Γ`` of a unit-rate Poisson process, marks ``P ~ U(0, 1)``, counts ``X_dk ~ NB(r_d,
-    θ_k)`` for ``CAP`` atoms (an atom beyond them is used with probability below 1e-8), topics
-    ``ψ_k ~ Dir(β)`` and each document's tokens: ``X_dk`` words from ``ψ_k``. Draws with a
-    document longer than the token buffer are redrawn: that conditions on an event of prior
-    probability below 1e-3 per draw (the chains keep the lengths, so the conditioned joint is kept
-    too; the bias of the checked moments is far below their standard errors).
+    θ_k)`` for ``CAP`` atoms (an atom beyond them is used with probability below 1e-8) and topics
+    ``ψ_k ~ Dir(β)``; the words come from :func:`regenerate_words`. Draws with a document longer
+    than the token buffer are redrawn: that conditions on an event of prior probability below
+    1e-3 per draw (the chains keep the lengths, so the conditioned joint is kept too; the bias of
+    the checked moments is far below their standard errors).
     """
     while True:
         gamma = np.cumsum(rng.exponential(size=CAP))
@@ -104,34 +104,31 @@ def exact_prior_state(kernel, template, rng):
     assert num_atoms < CAP - 8
     live = np.arange(CAP) < num_atoms
     topics = rng.dirichlet(np.full(VOCAB, BETA), size=CAP) * live[:, None]
-    words = np.full((len(R), TOKENS), -1, np.int32)
-    allocation = np.zeros((len(R), TOKENS), np.int32)
-    for d in range(len(R)):
-        atoms = np.repeat(np.arange(CAP), x[d])
-        allocation[d, : atoms.size] = atoms
-        words[d, : atoms.size] = [rng.choice(VOCAB, p=topics[k]) for k in atoms]
     z = dict(template.z, theta=jnp.asarray(theta * live), topics=jnp.asarray(topics))
     return template._replace(
         z=z,
         arrivals=jnp.asarray(np.where(live, gamma, 0.0)),
         marks=jnp.asarray(np.where(live, marks, 0.5)),
-        obs=jnp.asarray(words),
         counts=jnp.asarray(x, jnp.int32),
-        allocation=jnp.asarray(allocation),
         num_atoms=jnp.asarray(num_atoms, jnp.int32),
+        rng_key=random.PRNGKey(rng.integers(2**31)),  # independent chains
     )
 
 
 def regenerate_words(key, state):
-    """``(tokens, their topics) | X, ψ``: document ``d`` gets ``X_dk`` words from ``ψ_k``."""
+    """``(words, their topics) | X, ψ``: document ``d`` gets ``X_dk`` words from ``ψ_k``, in a
+    uniformly random order (the tokens of a document are exchangeable: the kernel's target for
+    the topics given the words is that of randomly ordered tokens)."""
     x, topics = state.counts, state.z["topics"]
     position = jnp.arange(TOKENS)
 
     def document(key, counts):
+        k_order, k_words = random.split(key)
         ends = jnp.cumsum(counts)
-        atom = jnp.minimum(jnp.searchsorted(ends, position, side="right"), CAP - 1)
-        words = random.categorical(key, jnp.log(topics[atom]), axis=-1)
         valid = position < ends[-1]
+        order = jnp.argsort(jnp.where(valid, random.uniform(k_order, (TOKENS,)), 2.0))
+        atom = jnp.minimum(jnp.searchsorted(ends, position[order], side="right"), CAP - 1)
+        words = random.categorical(k_words, jnp.log(topics[atom]), axis=-1)
         return jnp.where(valid, words, -1).astype(jnp.int32), jnp.where(valid, atom, 0)
 
     words, allocation = jax.vmap(document)(random.split(key, x.shape[0]), x)
