@@ -767,6 +767,8 @@ def _read_topic_model(model, crm_node, rate_node, sites, summary, engine):
     r = np.broadcast_to(np.asarray(fn.concentration, np.float64), shape)
     if not np.all(r == r[:, :1]):
         fail(f"a Gamma rate site {rate_site!r} whose shape r is one per row")
+    if not np.all(np.isfinite(r) & (r > 0)):
+        fail(f"a Gamma rate site {rate_site!r} with finite shapes r > 0 (positive doc lengths)")
 
     rest = [s for s in sites if s is not crm_node and s is not rate_node]
     obs = _observed_site(rest, num_rows, "Gamma rate", fail)
