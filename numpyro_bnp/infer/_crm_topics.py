@@ -45,6 +45,7 @@ __all__ = [
     "draw_topics",
     "log_likelihood",
     "token_counts",
+    "word_counts",
 ]
 
 
@@ -139,6 +140,7 @@ def draw_rates(key, total_count, counts, theta):
 
 def log_likelihood(words, rates, topics):
     """``Σ_dv log Poisson(y_dv | (π ψ)_dv)`` with ``y`` the word counts of the tokens ``words``."""
+    # y_dv: the tokens of document d "allocated" to their own word
     y = token_counts(words, jnp.maximum(words, 0), topics.shape[-1]).astype(rates.dtype)
     mean = rates @ topics
     return jnp.sum(xlogy(y, mean) - mean - gammaln(y + 1.0))
