@@ -351,8 +351,3 @@ def test_bnb_clustering_prior_document_length():
     se = totals.std(0) / np.sqrt(totals.shape[0])
     assert np.all(np.abs(totals.mean(0) - lengths) < 4 * se), (totals.mean(0), se)
     assert prior["topics"].shape[-1] == 5 and np.allclose(prior["topics"].sum(-1), 1.0)
-    # CRMSlice does not handle this likelihood yet and says so, naming the site
-    with pytest.raises(ValueError, match="count site"):
-        MCMC(CRMSlice(bnb_combinatorial_clustering), num_warmup=1, num_samples=1).run(
-            random.PRNGKey(0), doc_lengths=lengths, vocab_size=5
-        )

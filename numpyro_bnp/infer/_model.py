@@ -43,6 +43,16 @@ model of Zhu, Bouchard-Côté & Campbell 2020, Eq. 11) need
 * a Normal **trait site** ``(K, D)`` with the same prior for every atom;
 * the observed site, Normal with mean ``X @ ψ`` and one variance per column; traced without data
   (``obs=None``) the model is read as prior-only (no likelihood).
+
+The beta–negative-binomial topic model (Zhu et al. 2020, §4.2;
+:func:`numpyro_bnp.models.bnb_combinatorial_clustering`) is read as such a model with latent
+counts: instead of a count site it has
+
+* a **rate site** ``(N, K)``: ``Gamma(r_n, scale θ_k/(1-θ_k))`` with one shape ``r_n`` per row
+  and a ``BetaProcess`` CRM site (checked numerically on the trace), so that the Poisson counts of
+  a rate are ``NegativeBinomialProbs(r_n, θ_k)``;
+* a **topic site** ``(K, V)``: ``Dirichlet(β)`` with the same ``β`` for every atom;
+* the observed site ``(N, V)``: ``Poisson`` word counts with mean ``rates @ topics``.
 """
 
 from dataclasses import dataclass, field
@@ -515,29 +525,38 @@ class CRMTraitModel:
 
     :ivar crm: the CRM distribution (scalar parameters) whose atoms are the count rates ``θ``.
     :ivar crm_site: name of the CRM site, or ``None`` for a ``RecursiveIBP`` model.
-    :ivar count_site: name of the ``(N, K)`` count site (the ``RecursiveIBP`` site for IBP models).
+    :ivar count_site: name of the ``(N, K)`` count site (the ``RecursiveIBP`` site for IBP models;
+        ``None`` for the topic model, whose counts are latent).
     :ivar likelihood: ``"bernoulli"``, ``"poisson"`` or ``"negative_binomial"`` (counts given θ).
     :ivar total_count: ``(N,)`` negative-binomial ``r_n`` (``None`` otherwise).
-    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry.
+    :ivar observation: ``"linear_gaussian"`` (Normal with mean ``X @ ψ``) or ``"topics"``
+        (Poisson word counts with mean ``rates @ topics``).
+    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry (Normal
+        traits; ``None`` for topics).
     :ivar obs_value: ``(N, D)`` observations, or ``None`` when traced without data (prior-only).
-    :ivar noise_var: ``(D,)`` observation noise variance.
+    :ivar noise_var: ``(D,)`` observation noise variance (``None`` for topics).
+    :ivar rate_site: the ``(N, K)`` Gamma rate site of the topic model.
+    :ivar topic_concentration: ``(V,)`` Dirichlet ``β`` of every topic.
     """
 
     model: object
     crm: CompletelyRandomMeasure
     crm_site: str | None
-    count_site: str
+    count_site: str | None
     likelihood: str
     total_count: np.ndarray | None
     num_rows: int
     truncation: int
     trait_site: str
-    trait_loc: np.ndarray
-    trait_var: np.ndarray
+    trait_loc: np.ndarray | None
+    trait_var: np.ndarray | None
     obs_site: str
     obs_value: np.ndarray | None
-    noise_var: np.ndarray
+    noise_var: np.ndarray | None
     dim: int
+    observation: str = "linear_gaussian"
+    rate_site: str | None = None
+    topic_concentration: np.ndarray | None = None
     site_summary: tuple = field(default=())
 
 
@@ -559,8 +578,30 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
     :raises ValueError: naming the site that does not fit and listing the sites found.
     """
     model_kwargs = dict(model_kwargs or {})
+    noise = np.random.default_rng(0)
+    dtype = jnp.result_type(float)
+
+    def stand_in(site):
+        # Fixed values in the support instead of (slow, eager) draws of the atoms, topics and
+        # rates: the checks below need shapes and some values, any values in the support serve.
+        base = _unwrap(site["fn"])
+        if site["value"] is not None:
+            return None
+        shape = site["fn"].shape()
+        if isinstance(base, CompletelyRandomMeasure):
+            return jnp.asarray(-np.sort(-noise.uniform(0.05, 0.95, shape)), dtype)
+        if isinstance(base, dist.Gamma):
+            return jnp.asarray(noise.uniform(0.5, 1.5, shape), dtype)
+        if isinstance(base, dist.Dirichlet):
+            value = noise.uniform(0.5, 1.5, shape)
+            return jnp.asarray(value / value.sum(-1, keepdims=True), dtype)
+        return None
+
+    traced = handlers.substitute(model, substitute_fn=stand_in)
     with jax.ensure_compile_time_eval():
-        tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **model_kwargs)
+        tr = handlers.trace(handlers.seed(traced, rng_seed=0)).get_trace(
+            *model_args, **model_kwargs
+        )
     sites = [s for s in tr.values() if s["type"] == "sample"]
     summary = tuple(_describe(s) for s in sites)
     found = "; ".join(summary) or "no sample sites"
@@ -591,7 +632,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
             fail(f"a CRM site {crm_node['name']!r} with scalar parameters (got {crm.batch_shape})")
         crm_site, truncation = crm_node["name"], crm.truncation
         theta = np.asarray(crm_node["value"], np.float64)
-        candidates = [
+        per_atom = [
             s
             for s in sites
             if s is not crm_node
@@ -599,8 +640,11 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
             and jnp.ndim(s["value"]) == 2
             and jnp.shape(s["value"])[1] == truncation
             and isinstance(_unwrap(s["fn"]), dist.Distribution)
-            and _unwrap(s["fn"]).is_discrete
         ]
+        rate_sites = [s for s in per_atom if isinstance(_unwrap(s["fn"]), dist.Gamma)]
+        if len(rate_sites) == 1:
+            return _read_topic_model(model, crm_node, rate_sites[0], sites, summary, engine)
+        candidates = [s for s in per_atom if _unwrap(s["fn"]).is_discrete]
         if len(candidates) != 1:
             fail(
                 f"exactly one discrete (N, K={truncation}) count site driven by the atoms of "
@@ -690,5 +734,102 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         obs_value=np.asarray(obs["value"]) if obs["is_observed"] else None,
         noise_var=obs_var[0].copy(),
         dim=int(dim),
+        site_summary=summary,
+    )
+
+
+def _read_topic_model(model, crm_node, rate_node, sites, summary, engine):
+    """The sites of the beta–negative-binomial topic model (module docstring): ``θ`` at
+    ``crm_node``, gamma rates at ``rate_node``, Dirichlet topics, Poisson word counts."""
+    found = "; ".join(summary)
+
+    def fail(expected):
+        raise ValueError(f"{engine} expected {expected}; the model has: {found}")
+
+    crm, crm_site, rate_site = _unwrap(crm_node["fn"]), crm_node["name"], rate_node["name"]
+    if not isinstance(crm, BetaProcess):
+        raise ValueError(
+            f"{engine}: the rate site {rate_site!r} is Gamma with scale θ/(1-θ) and needs atoms in "
+            f"[0, 1]: a BetaProcess prior, but {crm_site!r} is {type(crm).__name__}"
+        )
+    truncation = crm.truncation
+    num_rows = int(jnp.shape(rate_node["value"])[0])
+    shape = (num_rows, truncation)
+    fn = _unwrap(rate_node["fn"])
+    theta = np.asarray(crm_node["value"], np.float64)
+    rate = np.broadcast_to(np.asarray(fn.rate, np.float64), shape)
+    # scale θ/(1-θ) <=> rate (1-θ)/θ <=> θ = 1/(1 + rate) (also at θ = 0, rate = inf)
+    if not np.allclose(1.0 / (1.0 + rate), theta[None], rtol=1e-6, atol=1e-12):
+        fail(
+            f"the Gamma rate site {rate_site!r} with scale θ/(1-θ) for the atoms θ of "
+            f"{crm_site!r} (so that its Poisson counts are NegativeBinomialProbs(r, θ))"
+        )
+    r = np.broadcast_to(np.asarray(fn.concentration, np.float64), shape)
+    if not np.all(r == r[:, :1]):
+        fail(f"a Gamma rate site {rate_site!r} whose shape r is one per row")
+    if not np.all(np.isfinite(r) & (r > 0)):
+        fail(f"a Gamma rate site {rate_site!r} with finite shapes r > 0 (positive doc lengths)")
+
+    rest = [s for s in sites if s is not crm_node and s is not rate_node]
+    obs = _observed_site(rest, num_rows, "Gamma rate", fail)
+    obs_shape = tuple(jnp.shape(obs["value"]))
+    vocab = obs_shape[1]
+    latent = [s for s in rest if s is not obs]
+    topics = [
+        s
+        for s in latent
+        if isinstance(_unwrap(s["fn"]), dist.Dirichlet)
+        and tuple(jnp.shape(s["value"])) == (truncation, vocab)
+    ]
+    if len(topics) != 1 or len(latent) != 1:
+        fail(
+            f"exactly one other latent site: a Dirichlet topic site of shape (K={truncation}, "
+            f"V={vocab}) (other latent sites: {[s['name'] for s in latent]})"
+        )
+    topic = topics[0]
+    beta = np.broadcast_to(
+        np.asarray(_unwrap(topic["fn"]).concentration, np.float64), (truncation, vocab)
+    )
+    if not np.all(beta == beta[:1]):
+        fail(f"a topic site {topic['name']!r} whose Dirichlet prior is the same for every atom")
+    base = _unwrap(obs["fn"])
+    if type(base) is not dist.Poisson:
+        raise ValueError(
+            f"{engine} supports Poisson word counts with mean {rate_site} @ {topic['name']}; "
+            f"site {obs['name']!r} is {type(base).__name__} (sites: {found})"
+        )
+    mean = np.asarray(rate_node["value"], np.float64) @ np.asarray(topic["value"], np.float64)
+    obs_rate = np.broadcast_to(np.asarray(base.rate, np.float64), obs_shape)
+    if not np.allclose(obs_rate, mean, rtol=1e-5, atol=1e-8):
+        fail(f"the Poisson site {obs['name']!r} with mean {rate_site} @ {topic['name']}")
+    value = None
+    if obs["is_observed"]:
+        value = np.asarray(obs["value"])
+        if not (
+            np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
+        ):
+            raise ValueError(
+                f"{engine}: the word counts at site {obs['name']!r} must be non-negative integers"
+            )
+        value = value.astype(np.int64)
+    return CRMTraitModel(
+        model=model,
+        crm=crm,
+        crm_site=crm_site,
+        count_site=None,
+        likelihood="negative_binomial",
+        total_count=r[:, 0].copy(),
+        num_rows=num_rows,
+        truncation=int(truncation),
+        trait_site=topic["name"],
+        trait_loc=None,
+        trait_var=None,
+        obs_site=obs["name"],
+        obs_value=value,
+        noise_var=None,
+        dim=int(vocab),
+        observation="topics",
+        rate_site=rate_site,
+        topic_concentration=beta[0].copy(),
         site_summary=summary,
     )

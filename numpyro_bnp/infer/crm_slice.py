@@ -27,6 +27,11 @@ finitely many atoms are ever instantiated; the rest (the tail) is integrated out
 7. ``ψ``: the conjugate matrix-normal draw ``Ψ | X, Y`` (each column ``d`` independent);
 8. drop the sentinel.
 
+The beta–negative-binomial topic model (paper §4.2) has Poisson word counts instead of the Normal
+likelihood: its counts ``X_dk ~ NB(r_d, θ_k)`` are the topics' shares of the words of document
+``d``, step 3 is a Gibbs pass over the topic of every word and step 7 the conjugate Dirichlet draw
+of the topics (module :mod:`numpyro_bnp.infer._crm_topics`).
+
 Atoms live in a fixed-capacity buffer; atoms ``k < num_atoms`` are instantiated. A sweep whose
 slices ask for more atoms than the capacity is *saturated*: it runs on the truncated model and says
 so in the ``saturated`` field. :meth:`CRMSlice.grow` pads a state to a larger capacity between runs.
@@ -47,6 +52,7 @@ from numpyro.util import is_prng_key
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.crm import BetaProcess
 from numpyro_bnp.distributions.ibp import num_active_features
+from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._model import read_crm_trait_model
 
 __all__ = ["CRMSlice", "CRMSliceState"]
@@ -59,11 +65,16 @@ class CRMSliceState(NamedTuple):
 
     :ivar i: iteration.
     :ivar z: the sample field: ``{count site: (N, C), trait site: (C, D)}`` plus ``{CRM site:
-        (C,)}`` rates ``θ`` (0 beyond ``num_atoms``), for a capacity ``C``.
+        (C,)}`` rates ``θ`` (0 beyond ``num_atoms``), for a capacity ``C``; for the topic model
+        ``{CRM site: (C,), topic site: (C, V), rate site: (N, C)}`` (0 beyond ``num_atoms``).
     :ivar arrivals: ``(C,)`` arrival times ``Γ_k`` of the instantiated atoms (0 beyond).
     :ivar marks: ``(C,)`` uniform coordinates ``P_k = F_G(V_k)`` of the marks.
-    :ivar obs: ``(N, D)`` observations (``(N, 0)`` for a prior-only model).
-    :ivar residual: ``(N, D)`` ``y - X ψ`` (``(N, 0)`` for a prior-only model).
+    :ivar obs: ``(N, D)`` observations (``(N, 0)`` for a prior-only model); for the topic model
+        ``(N, L)`` word ids of each document's tokens (``-1``: padding).
+    :ivar residual: ``(N, D)`` ``y - X ψ`` (``(N, 0)`` for a prior-only or topic model).
+    :ivar counts: topic model: ``(N, C)`` counts ``X`` (tokens of document ``n`` on atom ``k``);
+        ``(N, 0)`` for models with a count site (``X`` is in ``z``).
+    :ivar allocation: topic model: ``(N, L)`` atom (0-based) of each token; else ``(N, 0)``.
     :ivar num_atoms: instantiated atoms ``K`` (the last used atom).
     :ivar num_active: atoms used by at least one row.
     :ivar parity: 1 if ``X`` has an even number of non-zero entries (label-invariant test
@@ -88,6 +99,8 @@ class CRMSliceState(NamedTuple):
     accept_gamma: jnp.ndarray
     accept_marks: jnp.ndarray
     log_likelihood: jnp.ndarray
+    counts: jnp.ndarray
+    allocation: jnp.ndarray
     rng_key: jnp.ndarray
 
 
@@ -111,8 +124,9 @@ class CRMSlice(MCMCKernel):
         ``RecursiveIBP`` site; a Normal trait site ``(K, D)``; a Normal observed site with mean
         ``X @ ψ`` (see :func:`~numpyro_bnp.infer._model.read_crm_trait_model`), e.g.
         :func:`numpyro_bnp.models.linear_gaussian` or
-        :func:`numpyro_bnp.models.beta_bernoulli_linear_gaussian`. Traced without data the model
-        is sampled from its prior.
+        :func:`numpyro_bnp.models.beta_bernoulli_linear_gaussian`; or the beta–negative-binomial
+        topic model :func:`numpyro_bnp.models.bnb_combinatorial_clustering`. Traced without data
+        the model is sampled from its prior.
     :param str representation: series representation of the atoms: ``"bondesson"`` (default;
         ``θ = V e^{-Γ/c}``) or ``"inverse_levy"`` (``θ = N^{-1}(Γ)``, decreasing atoms).
     :param float xi_scale: ``Δ_ξ`` of the slice sequence ``ξ(k) = exp(-k/Δ_ξ)``; it changes the
@@ -207,8 +221,14 @@ class CRMSlice(MCMCKernel):
         )
 
     def postprocess_fn(self, model_args, model_kwargs):
-        """Zero the traits of unused atoms (their values are prior draws, not posterior)."""
+        """Zero the traits of unused atoms (their values are prior draws, not posterior).
+
+        Topic model: the identity (topics and rates are zero beyond the instantiated atoms;
+        unused instantiated atoms keep their prior topic and their ``Gamma(r_d, θ_k)`` rates).
+        """
         spec = self.spec
+        if self._topics:
+            return lambda z: z
 
         def fn(z):
             used = jnp.any(z[spec.count_site] != 0, axis=-2)
@@ -257,14 +277,21 @@ class CRMSlice(MCMCKernel):
             self._fixed_marks = True
         n = spec.num_rows
         self._observed = spec.obs_value is not None
-        self._obs = jnp.asarray(spec.obs_value, dt) if self._observed else None
-        self._noise_var = jnp.asarray(spec.noise_var, dt)
-        self._trait_loc = jnp.asarray(spec.trait_loc, dt)
-        self._trait_var = jnp.asarray(spec.trait_var, dt)
-        self._shared_var = bool(
-            np.all(spec.noise_var == spec.noise_var[0])
-            and np.all(spec.trait_var == spec.trait_var[0])
-        )
+        self._topics = spec.observation == "topics"
+        if self._topics:
+            self._topic_beta = jnp.asarray(spec.topic_concentration, dt)
+            self._noise_var = None
+            words = topic_model.document_tokens(spec.obs_value) if self._observed else None
+            self._obs = None if words is None else jnp.asarray(words)
+        else:
+            self._obs = jnp.asarray(spec.obs_value, dt) if self._observed else None
+            self._noise_var = jnp.asarray(spec.noise_var, dt)
+            self._trait_loc = jnp.asarray(spec.trait_loc, dt)
+            self._trait_var = jnp.asarray(spec.trait_var, dt)
+            self._shared_var = bool(
+                np.all(spec.noise_var == spec.noise_var[0])
+                and np.all(spec.trait_var == spec.trait_var[0])
+            )
         r = spec.total_count
         self._r = None if r is None else jnp.asarray(r, dt)
         self._trials = float(n) if r is None else float(np.sum(r))
@@ -277,6 +304,8 @@ class CRMSlice(MCMCKernel):
         spec, dt, cap = self.spec, self.dtype, self.capacity
         key, key_psi = random.split(rng_key)
         n = spec.num_rows
+        if self._topics:
+            return self._init_topics(key)
         z = {
             spec.count_site: jnp.zeros((n, cap), jnp.int32),
             spec.trait_site: self._draw_traits(key_psi, cap),
@@ -285,6 +314,7 @@ class CRMSlice(MCMCKernel):
             z[spec.crm_site] = jnp.zeros(cap, dt)
         residual = self._obs if self._observed else jnp.zeros((n, 0), dt)
         zero = jnp.zeros((), dt)
+        empty = jnp.zeros((n, 0), jnp.int32)
         return CRMSliceState(
             i=jnp.zeros((), jnp.int32),
             z=z,
@@ -300,6 +330,45 @@ class CRMSlice(MCMCKernel):
             accept_gamma=zero,
             accept_marks=zero,
             log_likelihood=self._log_likelihood(residual) if self._observed else zero,
+            counts=empty,
+            allocation=empty,
+            rng_key=key,
+        )
+
+    def _init_topics(self, key):
+        """Topic model: every token on atom 1, at ``Γ_1 = 1``, uniform topics (any start with
+        positive density will do; the first sweep moves them and computes ``θ``)."""
+        spec, dt, cap, n = self.spec, self.dtype, self.capacity, self.spec.num_rows
+        words = self._obs if self._observed else jnp.zeros((n, 0), jnp.int32)
+        allocation = jnp.zeros(words.shape, jnp.int32)
+        counts = topic_model.token_counts(words, allocation, cap)
+        num_atoms = jnp.any(counts > 0).astype(jnp.int32)
+        arrivals = jnp.zeros(cap, dt).at[0].set(num_atoms.astype(dt))
+        marks = jnp.full(cap, 0.5, dt)
+        theta = jnp.zeros(cap, dt)
+        z = {
+            spec.crm_site: theta,
+            spec.trait_site: jnp.full((cap, spec.dim), 1.0 / spec.dim, dt),
+            spec.rate_site: jnp.zeros((n, cap), dt),
+        }
+        zero = jnp.zeros((), dt)
+        return CRMSliceState(
+            i=jnp.zeros((), jnp.int32),
+            z=z,
+            arrivals=arrivals,
+            marks=marks,
+            obs=words,
+            residual=jnp.zeros((n, 0), dt),
+            num_atoms=num_atoms,
+            num_active=num_active_features(counts).astype(jnp.int32),
+            parity=count_parity(counts),
+            num_slice_atoms=jnp.zeros((), jnp.int32),
+            saturated=jnp.zeros((), bool),
+            accept_gamma=zero,
+            accept_marks=zero,
+            log_likelihood=zero,
+            counts=counts,
+            allocation=allocation,
             rng_key=key,
         )
 
@@ -322,13 +391,14 @@ class CRMSlice(MCMCKernel):
             return jnp.pad(x, widths)
 
         z = dict(state.z)
-        z[spec.count_site] = pad_last(z[spec.count_site], -1)
         z[spec.trait_site] = pad_last(z[spec.trait_site], -2)
-        if spec.crm_site is not None:
-            z[spec.crm_site] = pad_last(z[spec.crm_site], -1)
+        for name in (spec.count_site, spec.crm_site, spec.rate_site):
+            if name is not None:
+                z[name] = pad_last(z[name], -1)
         self.capacity = new
         return state._replace(
             z=z,
+            counts=pad_last(state.counts, -1) if self._topics else state.counts,
             arrivals=pad_last(state.arrivals, -1),
             marks=jnp.pad(
                 state.marks, [(0, 0)] * (state.marks.ndim - 1) + [(0, pad)], constant_values=0.5
@@ -338,7 +408,11 @@ class CRMSlice(MCMCKernel):
 
     # ------------------------------------------------------------------ model pieces
     def _draw_traits(self, key, num):
-        """``num`` i.i.d. traits from the prior ``H = N(μ_0, σ_0² I)``: ``(num, D)``."""
+        """``num`` i.i.d. traits from the prior ``H = N(μ_0, σ_0² I)`` (topics: ``Dir(β)``):
+        ``(num, D)``."""
+        if self._topics:
+            zeros = jnp.zeros((num, self.spec.dim), self.dtype)
+            return topic_model.draw_topics(key, self._topic_beta, zeros)
         eps = random.normal(key, (num, self.spec.dim), self.dtype)
         return self._trait_loc + jnp.sqrt(self._trait_var) * eps
 
@@ -411,7 +485,7 @@ class CRMSlice(MCMCKernel):
         used = x > 0
         later = jnp.flip(jnp.cumsum(jnp.flip(used, 1), 1), 1) - used  # used atoms after k
         has_later = later > 0
-        inv_var = 1.0 / self._noise_var
+        inv_var = 1.0 / self._noise_var if self._observed else None
         delta = self.xi_scale
         bernoulli = self.spec.likelihood == "bernoulli"
 
@@ -486,7 +560,7 @@ class CRMSlice(MCMCKernel):
         n = x.shape[0]
         rows = jnp.arange(n)
         index = jnp.arange(1, x.shape[1] + 1, dtype=jnp.int32)
-        inv_var = 1.0 / self._noise_var
+        inv_var = 1.0 / self._noise_var if self._observed else None
 
         def move(_, carry):
             x, residual, key = carry
@@ -580,11 +654,17 @@ class CRMSlice(MCMCKernel):
         rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
         return marks, rate.astype(self.dtype)
 
-    def _trait_step(self, key, x, obs):
-        """``Ψ | X, Y``: per column, ``N(P^{-1} b, P^{-1})`` with ``P = XᵀX/σ² + I/σ_0²``."""
+    def _trait_step(self, key, x, obs, allocation):
+        """``Ψ | X, Y``: per column, ``N(P^{-1} b, P^{-1})`` with ``P = XᵀX/σ² + I/σ_0²``.
+
+        Topic model: ``ψ_k ~ Dir(β + word counts of the tokens on atom k)``.
+        """
         cap = x.shape[1]
         if not self._observed:
             return self._draw_traits(key, cap)
+        if self._topics:
+            words = topic_model.word_counts(obs, allocation, cap, self.spec.dim, self.dtype)
+            return topic_model.draw_topics(key, self._topic_beta, words)
         xf = x.astype(self.dtype)
         gram = xf.T @ xf
         rhs = xf.T @ obs / self._noise_var + self._trait_loc / self._trait_var
@@ -607,7 +687,8 @@ class CRMSlice(MCMCKernel):
     # ------------------------------------------------------------------ one sweep
     def _sample_one(self, state):
         spec = self.spec
-        x, traits = state.z[spec.count_site], state.z[spec.trait_site]
+        x = state.counts if self._topics else state.z[spec.count_site]
+        traits = state.z[spec.trait_site]
         cap = x.shape[1]
         index = jnp.arange(1, cap + 1, dtype=jnp.int32)
         key, k_u, k_ext, k_x, k_sent, k_g, k_v, k_psi = random.split(state.rng_key, 8)
@@ -628,7 +709,14 @@ class CRMSlice(MCMCKernel):
         theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
 
         # 3. counts, restricted by the slices
-        x, residual = self._x_step(k_x, x, state.residual, traits, theta, slice_atoms, k_star)
+        allocation = state.allocation
+        if self._topics and self._observed:  # the topic of every token
+            allocation, x = topic_model.allocate_tokens(
+                k_x, state.obs, allocation, x, theta, traits, self._r, slice_atoms, self.xi_scale
+            )
+            residual = state.residual
+        else:
+            x, residual = self._x_step(k_x, x, state.residual, traits, theta, slice_atoms, k_star)
 
         # 4. prune trailing unused atoms, reveal one sentinel
         used = jnp.any(x > 0, axis=0)
@@ -645,20 +733,28 @@ class CRMSlice(MCMCKernel):
             marks, accept_marks = self._mark_step(k_v, gamma, marks, totals, with_sentinel)
 
         # 7. traits; 8. drop the sentinel
-        traits = self._trait_step(k_psi, x, state.obs)
+        traits = self._trait_step(k_psi, x, state.obs, allocation)
         live = index <= num_atoms
         gamma = jnp.where(live, gamma, 0.0)
         marks = jnp.where(live, marks, 0.5)
         theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
-        if self._observed:
-            residual = state.obs - x.astype(self.dtype) @ traits
-            log_lik = self._log_likelihood(residual)
-        else:
+        if self._topics:  # rates | X, θ for the output; nothing beyond the instantiated atoms
+            key, k_rates = random.split(key)
+            traits = jnp.where(live[:, None], traits, 0.0)
+            rates = topic_model.draw_rates(k_rates, self._r, x, theta)
+            z = {spec.crm_site: theta, spec.trait_site: traits, spec.rate_site: rates}
             log_lik = jnp.zeros((), self.dtype)
-
-        z = {spec.count_site: x, spec.trait_site: traits}
-        if spec.crm_site is not None:
-            z[spec.crm_site] = theta
+            if self._observed:
+                log_lik = topic_model.log_likelihood(state.obs, rates, traits)
+        else:
+            if self._observed:
+                residual = state.obs - x.astype(self.dtype) @ traits
+                log_lik = self._log_likelihood(residual)
+            else:
+                log_lik = jnp.zeros((), self.dtype)
+            z = {spec.count_site: x, spec.trait_site: traits}
+            if spec.crm_site is not None:
+                z[spec.crm_site] = theta
         return CRMSliceState(
             i=state.i + 1,
             z=z,
@@ -674,5 +770,7 @@ class CRMSlice(MCMCKernel):
             accept_gamma=accept_gamma,
             accept_marks=accept_marks,
             log_likelihood=log_lik.astype(self.dtype),
+            counts=x if self._topics else state.counts,
+            allocation=allocation,
             rng_key=key,
         )
