@@ -1,7 +1,9 @@
 """CRMSlice: prior-only moments, a Geweke joint test, recovery, chains and ArviZ, bad models.
 
 Every Monte-Carlo tolerance is 4 standard errors with the effective sample size from ArviZ
-(false-alarm rate about 6e-5 per check).
+(false-alarm rate about 6e-5 per check). Compilation dominates the run time, so tests that can
+share a chain do (module fixtures): the beta–Bernoulli prior-only chain also serves the capacity
+growth and the chain-method tests.
 """
 
 import jax
@@ -38,7 +40,7 @@ def check_mean(draws, truth):
     assert abs(draws.mean() - truth) < 4 * se, (draws.mean(), truth, se, ess)
 
 
-def run(kernel, num_samples, num_chains=4, seed=0, num_warmup=200, **model_kwargs):
+def run(kernel, num_samples, num_chains=4, seed=0, num_warmup=100, **model_kwargs):
     mcmc = MCMC(
         kernel,
         num_warmup=num_warmup,
@@ -54,22 +56,67 @@ def run(kernel, num_samples, num_chains=4, seed=0, num_warmup=200, **model_kwarg
 # ---------------------------------------------------------------------------------------------
 # prior-only runs recover the prior (spec §T.11; drawing new atoms from the prior fails these)
 # ---------------------------------------------------------------------------------------------
-def test_prior_only_beta_bernoulli_matches_c_harmonic():
-    mass, n = 1.5, 6
-    mcmc = run(
-        CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_atoms=40),
-        1500,
-        num_obs=n,
-        dim=1,
-        mass=mass,
-    )
+BB_PRIOR = dict(num_obs=6, dim=1, mass=1.5)
+BB_BURN_IN = 100  # draws after the saturated start, dropped
+
+
+@pytest.fixture(scope="module")
+def bb_prior():
+    """One beta–Bernoulli prior-only run, 4 vectorized chains: 20 sweeps on a buffer of 4 atoms
+    (saturated), then :meth:`CRMSlice.grow` to 64 atoms and 1,600 more sweeps."""
+    kernel = CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_atoms=4)
+    mcmc = run(kernel, 20, num_warmup=0, **BB_PRIOR)
+    small = {
+        "samples": mcmc.get_samples(group_by_chain=True),
+        "saturated": np.asarray(mcmc.get_extra_fields(group_by_chain=True)["saturated"]),
+    }
+    state = kernel.grow(mcmc.last_state, 64)
+    mcmc.post_warmup_state = state
+    mcmc.num_samples = BB_BURN_IN + 1500
+    mcmc.run(random.PRNGKey(1), **BB_PRIOR)
+    return dict(kernel=kernel, small=small, grown_state=state, mcmc=mcmc)
+
+
+def test_prior_only_beta_bernoulli_matches_c_harmonic(bb_prior):
+    mcmc, n, mass = bb_prior["mcmc"], BB_PRIOR["num_obs"], BB_PRIOR["mass"]
     extra = mcmc.get_extra_fields(group_by_chain=True)
     assert not np.any(extra["saturated"])
-    check_mean(extra["num_active"], mass * harmonic(n))  # E[K+] = c H_N
+    k_plus = np.asarray(extra["num_active"])[:, BB_BURN_IN:]
+    check_mean(k_plus, mass * harmonic(n))  # E[K+] = c H_N
     x = mcmc.get_samples(group_by_chain=True)["X"]
-    check_mean(x.sum(-1).mean(-1), mass)  # E[Σ_k X_nk] = c
+    check_mean(x[:, BB_BURN_IN:].sum(-1).mean(-1), mass)  # E[Σ_k X_nk] = c
     assert np.array_equal(extra["parity"], count_parity(x))
     assert np.array_equal(extra["num_active"], num_active_features(x))
+
+
+def test_saturation_is_reported_and_grow_continues(bb_prior):
+    assert np.any(bb_prior["small"]["saturated"])  # a buffer of 4 atoms is too small here
+    assert bb_prior["small"]["samples"]["X"].shape == (4, 20, 6, 4)
+    state = bb_prior["grown_state"]
+    assert state.z["X"].shape == (4, 6, 64) and state.arrivals.shape == (4, 64)
+    mcmc = bb_prior["mcmc"]
+    assert not np.any(mcmc.get_extra_fields()["saturated"])
+    assert mcmc.get_samples()["X"].shape == (4 * 1600, 6, 64)
+    with pytest.raises(ValueError, match="max_atoms"):
+        bb_prior["kernel"].grow(state, 8)
+
+
+def test_chain_methods_agree(bb_prior):
+    # the saturated start of the shared run again, chains one after the other: the same draws;
+    # "parallel" without host devices: numpyro warns and runs the chains sequentially
+    with pytest.warns(UserWarning, match="not enough devices"):
+        mcmc = MCMC(
+            CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_atoms=4),
+            num_warmup=0,
+            num_samples=20,
+            num_chains=4,
+            chain_method="parallel",
+            progress_bar=False,
+        )
+        mcmc.run(random.PRNGKey(0), **BB_PRIOR)
+    sequential = mcmc.get_samples(group_by_chain=True)
+    for name, value in bb_prior["small"]["samples"].items():
+        np.testing.assert_allclose(sequential[name], value, rtol=1e-5, atol=1e-6)
 
 
 def test_prior_only_two_parameter_ibp_moves_the_marks():
@@ -77,7 +124,7 @@ def test_prior_only_two_parameter_ibp_moves_the_marks():
     alpha, beta, n = 1.0, 2.0, 5
     mcmc = run(
         CRMSlice(linear_gaussian, xi_scale=3.0, max_atoms=64),
-        1500,
+        900,  # ESS about 220 (K+ mixes well here)
         num_obs=n,
         dim=1,
         alpha=alpha,
@@ -145,10 +192,10 @@ def test_geweke_successive_conditional_keeps_the_joint():
         return state, (state.num_active, jnp.mean(y**2))
 
     def chain(state, key):
-        return lax.scan(step, state, random.split(key, 3000))[1]
+        return lax.scan(step, state, random.split(key, 2000))[1]
 
     k_plus, y2 = jax.jit(jax.vmap(chain))(states, random.split(random.PRNGKey(2), 4))
-    k_plus, y2 = np.asarray(k_plus)[:, 200:], np.asarray(y2)[:, 200:]
+    k_plus, y2 = np.asarray(k_plus)[:, 100:], np.asarray(y2)[:, 100:]
     check_mean(k_plus, mass * harmonic(n))
     check_mean(y2, sigma**2 + sigma0**2 * mass)  # E[y²] = σ² + σ_0² E[Σ_k X_nk]
 
@@ -220,45 +267,6 @@ def test_multichain_arviz_export(recovery_run):
     # unused atoms export zero traits
     unused = ~z.any(-2)
     assert np.all(posterior["A"].values[unused] == 0)
-
-
-def test_chain_methods_agree():
-    kernel = CRMSlice(beta_bernoulli_linear_gaussian, max_atoms=20)
-
-    def run_with(chain_method):
-        mcmc = MCMC(
-            kernel,
-            num_warmup=20,
-            num_samples=30,
-            num_chains=2,
-            chain_method=chain_method,
-            progress_bar=False,
-        )
-        mcmc.run(random.PRNGKey(3), num_obs=5, dim=2)
-        return mcmc.get_samples(group_by_chain=True)
-
-    # "parallel" without host devices: numpyro warns and runs the chains sequentially
-    with pytest.warns(UserWarning, match="not enough devices"):
-        sequential = run_with("parallel")
-    vectorized = run_with("vectorized")
-    for name, value in sequential.items():
-        np.testing.assert_allclose(vectorized[name], value, rtol=1e-5, atol=1e-6)
-
-
-def test_saturation_is_reported_and_grow_continues():
-    kernel = CRMSlice(beta_bernoulli_linear_gaussian, max_atoms=2, xi_scale=3.0)
-    mcmc = MCMC(kernel, num_warmup=0, num_samples=20, progress_bar=False)
-    mcmc.run(random.PRNGKey(0), num_obs=20, dim=1, mass=3.0)
-    assert np.any(mcmc.get_extra_fields()["saturated"])
-    state = kernel.grow(mcmc.last_state, 64)
-    assert state.z["X"].shape == (20, 64) and state.arrivals.shape == (64,)
-    mcmc.post_warmup_state = state
-    mcmc.run(state.rng_key, num_obs=20, dim=1, mass=3.0)
-    extra = mcmc.get_extra_fields()
-    assert not np.any(extra["saturated"])
-    assert mcmc.get_samples()["X"].shape == (20, 20, 64)
-    with pytest.raises(ValueError, match="max_atoms"):
-        kernel.grow(state, 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,7 +352,7 @@ def test_bnb_clustering_prior_document_length():
     from numpyro_bnp.models import bnb_combinatorial_clustering
 
     lengths = np.array([50.0, 100.0])
-    prior = Predictive(bnb_combinatorial_clustering, num_samples=2000)(
+    prior = Predictive(bnb_combinatorial_clustering, num_samples=500)(
         random.PRNGKey(0), doc_lengths=lengths, vocab_size=5, concentration=3.0
     )
     totals = np.asarray(prior["counts"]).sum(-1)  # (S, D), i.i.d. draws

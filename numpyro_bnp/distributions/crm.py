@@ -92,15 +92,19 @@ def check_ggp_params(mass, sigma, tau):
 
 
 class _DecreasingAtoms(constraints.ParameterFreeConstraint):
-    """Strictly decreasing positive vectors (the largest atoms of a CRM in order)."""
+    """Strictly decreasing positive vectors (the largest atoms of a CRM in order), optionally
+    followed by zeros: empty slots of a fixed-size buffer (``J_1 > … > J_m > 0 = … = 0``)."""
 
     event_dim = 1
     upper = jnp.inf
 
     def __call__(self, x):
         x = jnp.asarray(x)
-        ordered = jnp.all(x[..., 1:] < x[..., :-1], axis=-1)
-        return ordered & jnp.all((x > 0) & (x <= self.upper), axis=-1)
+        present = x > 0
+        # no atom after an empty slot, and the atoms strictly decreasing
+        packed = jnp.all(present[..., 1:] <= present[..., :-1], axis=-1)
+        ordered = jnp.all((x[..., 1:] < x[..., :-1]) | ~present[..., 1:], axis=-1)
+        return packed & ordered & jnp.all((x >= 0) & (x <= self.upper), axis=-1)
 
     def feasible_like(self, prototype):
         k = prototype.shape[-1]
@@ -330,12 +334,25 @@ class CompletelyRandomMeasure(Distribution):
 
     @validate_sample
     def log_prob(self, value):
-        r"""``Σ_i log ν(J_i) - N(J_K)`` for decreasing atoms ``J`` (``-inf`` off the support)."""
+        r"""``Σ_i log ν(J_i) - N(J_K)`` for decreasing atoms ``J`` (``-inf`` off the support).
+
+        A value may end in zeros, the empty slots of a fixed-size buffer (samplers such as
+        :class:`~numpyro_bnp.infer.CRMSlice` return the instantiated atoms that way): the density
+        is then that of its ``m`` nonzero atoms as the ``m`` largest atoms,
+        ``Σ_{i<=m} log ν(J_i) - N(J_m)`` (0 for no atom), so that a model conditioned on such a
+        value has a finite log density.
+        """
         value = jnp.asarray(value, self._dtype)
         ok = self.support(value)
-        safe = jnp.where(ok[..., None], value, self.support.feasible_like(value))
-        log_density = self.levy_log_density(jnp.moveaxis(safe, -1, 0)).sum(0)
-        lp = log_density - self.tail_mass(safe[..., -1])
+        feasible = self.support.feasible_like(value)
+        present = value > 0
+        safe = jnp.where(ok[..., None] & present, value, feasible)
+        log_nu = jnp.moveaxis(self.levy_log_density(jnp.moveaxis(safe, -1, 0)), 0, -1)
+        log_density = jnp.where(present, log_nu, 0.0)
+        smallest = jnp.min(jnp.where(present, safe, jnp.inf), axis=-1)
+        any_atom = jnp.any(present, axis=-1)
+        tail = self.tail_mass(jnp.where(any_atom, smallest, feasible[..., 0]))
+        lp = log_density.sum(-1) - jnp.where(any_atom, tail, 0.0)
         return jnp.where(ok, lp, -jnp.inf)
 
     # ---------------------------------------------------------------- truncation error

@@ -53,6 +53,11 @@ counts: instead of a count site it has
   a rate are ``NegativeBinomialProbs(r_n, θ_k)``;
 * a **topic site** ``(K, V)``: ``Dirichlet(β)`` with the same ``β`` for every atom;
 * the observed site ``(N, V)``: ``Poisson`` word counts with mean ``rates @ topics``.
+
+As a block of :class:`numpyro.infer.Gibbs` the model is conditioned on the sites of the other
+blocks (``model_kwargs["_gibbs_sites"]``): those sites are set aside, the trait prior and the
+noise may depend on them (:meth:`CRMTraitModel.gaussian_params` reads them at any values), the
+CRM and the count law may not.
 """
 
 from dataclasses import dataclass, field
@@ -64,6 +69,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
 from numpyro_bnp.distributions import (
     BetaProcess,
@@ -74,6 +80,7 @@ from numpyro_bnp.distributions import (
 
 __all__ = [
     "CRMTraitModel",
+    "CRMTraitNumbers",
     "FeatureModel",
     "RestrictedFeatureModel",
     "RestrictedNumbers",
@@ -519,6 +526,20 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
 COUNT_LIKELIHOODS = ("bernoulli", "poisson", "negative_binomial")
 
 
+class CRMTraitNumbers(NamedTuple):
+    """The data and Gaussian parameters of a CRM latent trait model at given site values.
+
+    :ivar obs: ``(N, D)`` observations, or ``None`` (prior-only).
+    :ivar noise_var: ``(D,)`` observation noise variance.
+    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry.
+    """
+
+    obs: jnp.ndarray | None
+    noise_var: jnp.ndarray
+    trait_loc: jnp.ndarray
+    trait_var: jnp.ndarray
+
+
 @dataclass(frozen=True, eq=False)
 class CRMTraitModel:
     """What :class:`~numpyro_bnp.infer.CRMSlice` needs to know about a CRM latent trait model.
@@ -558,6 +579,55 @@ class CRMTraitModel:
     rate_site: str | None = None
     topic_concentration: np.ndarray | None = None
     site_summary: tuple = field(default=())
+
+    def numbers(self, values, model_args=(), model_kwargs=None):
+        """The data and Gaussian parameters of the model with its CRM, count and trait sites set
+        to ``values``: a :class:`CRMTraitNumbers`.
+
+        Pure and traceable, so an engine reads them inside its compiled step; as a block of
+        :class:`numpyro.infer.Gibbs` they follow the values of the other blocks' sites, which
+        arrive conditioned through ``model_kwargs``.
+        """
+        model = handlers.substitute(handlers.seed(self.model, rng_seed=0), data=values)
+        tr = handlers.trace(model).get_trace(*model_args, **(model_kwargs or {}))
+        k = jnp.shape(values[self.trait_site])[0]
+        trait = _unwrap(tr[self.trait_site]["fn"])
+        noise = _unwrap(tr[self.obs_site]["fn"])
+
+        def row(x, shape):  # the (D,) parameters of the first row (all rows agree, read_...)
+            return jnp.broadcast_to(x, shape)[0]
+
+        obs = tr[self.obs_site]
+        return CRMTraitNumbers(
+            obs=jnp.asarray(obs["value"]) if obs["is_observed"] else None,
+            noise_var=row(noise.scale, (self.num_rows, self.dim)) ** 2,
+            trait_loc=row(trait.loc, (k, self.dim)),
+            trait_var=row(trait.scale, (k, self.dim)) ** 2,
+        )
+
+
+def _depends_on_conditioning(model, model_args, model_kwargs, names):
+    """Names among ``names`` whose distribution depends on the values conditioned by a
+    :class:`numpyro.infer.Gibbs` composite (``model_kwargs[GIBBS_SITES_KWARG]``).
+
+    The conditioned values enter as tracers of ``jax.eval_shape`` while everything else is
+    evaluated eagerly (``ensure_compile_time_eval``): a parameter that is a tracer depends on them.
+    """
+    conditioned = model_kwargs[GIBBS_SITES_KWARG]
+    found = []
+
+    def probe(values):
+        kwargs = {**model_kwargs, GIBBS_SITES_KWARG: values}
+        with jax.ensure_compile_time_eval():
+            tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **kwargs)
+        for name in names:
+            leaves = jax.tree.leaves(_unwrap(tr[name]["fn"]))
+            if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+                found.append(name)
+        return jnp.zeros(())
+
+    jax.eval_shape(probe, conditioned)
+    return found
 
 
 def _count_family(fn):
@@ -602,9 +672,13 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         tr = handlers.trace(handlers.seed(traced, rng_seed=0)).get_trace(
             *model_args, **model_kwargs
         )
-    sites = [s for s in tr.values() if s["type"] == "sample"]
+    # sites of the other blocks of a Gibbs composite arrive conditioned: they are parameters here
+    given = set(model_kwargs.get(GIBBS_SITES_KWARG, {}))
+    sites = [s for s in tr.values() if s["type"] == "sample" and s["name"] not in given]
     summary = tuple(_describe(s) for s in sites)
     found = "; ".join(summary) or "no sample sites"
+    if given:
+        found += f" (given by other Gibbs blocks: {sorted(given)})"
 
     def fail(expected):
         raise ValueError(f"{engine} expected {expected}; the model has: {found}")
@@ -695,9 +769,11 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         and tuple(jnp.shape(s["value"])) == (truncation, dim)
     ]
     if len(traits) != 1 or len(latent) != 1:
+        others = [s["name"] for s in latent if len(traits) != 1 or s is not traits[0]]
         fail(
             f"exactly one other latent site: a Normal trait site of shape (K={truncation}, "
-            f"D={dim}) (other latent sites: {[s['name'] for s in latent]})"
+            f"D={dim}) (unexpected latent sites: {others}; sample continuous hyper-parameters "
+            "in another block of numpyro.infer.Gibbs)"
         )
     trait = traits[0]
     loc, var = _normal_params(trait, (truncation, dim))
@@ -718,6 +794,15 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
             f"{engine} expected the observed site {obs['name']!r} to be Normal with mean "
             f"{count['name']} @ {trait['name']} and one variance per column; the model has: {found}"
         )
+    if given:
+        names = [u["name"] for u in used]
+        moving = _depends_on_conditioning(model, model_args, model_kwargs, names)
+        if moving:
+            raise ValueError(
+                f"{engine}: the distributions of {moving} depend on sites of other Gibbs blocks "
+                f"({sorted(given)}); only the trait prior and the observation noise may (the CRM "
+                "and the count law must be fixed)"
+            )
     return CRMTraitModel(
         model=model,
         crm=crm,

@@ -35,8 +35,13 @@ of the topics (module :mod:`numpyro_bnp.infer._crm_topics`).
 Atoms live in a fixed-capacity buffer; atoms ``k < num_atoms`` are instantiated. A sweep whose
 slices ask for more atoms than the capacity is *saturated*: it runs on the truncated model and says
 so in the ``saturated`` field. :meth:`CRMSlice.grow` pads a state to a larger capacity between runs.
+
+As a block of :class:`numpyro.infer.Gibbs` the kernel updates the CRM, count and trait sites given
+the sites of the other blocks (e.g. the noise scale, sampled by NUTS): each sweep reads the noise
+variance and the trait prior from the conditioned model (:meth:`CRMSlice.sample`).
 """
 
+import copy
 import math
 from typing import NamedTuple
 
@@ -46,8 +51,9 @@ import numpy as np
 from jax import lax, random
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, xlogy
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import is_prng_key
+from numpyro.util import identity, is_prng_key
 
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.crm import BetaProcess
@@ -192,6 +198,7 @@ class CRMSlice(MCMCKernel):
         self.n_swaps = _count(n_swaps, "n_swaps", 0)
         self.spec = None
         self._batched = False
+        self._gibbs = False
         self._sample_fn = None
 
     # ------------------------------------------------------------------ numpyro protocol
@@ -251,7 +258,49 @@ class CRMSlice(MCMCKernel):
     def sample(self, state, model_args, model_kwargs):
         if self._sample_fn is None:
             raise RuntimeError("CRMSlice.sample called before init")
+        if self._gibbs:  # data and hyper-parameters follow the model's arguments and conditioning
+            kernel, state = self._at(state, model_args, model_kwargs)
+            return kernel._sample_one(state)
         return self._sample_fn(state)
+
+    # ------------------------------------------------------------------ block of numpyro Gibbs
+    def refresh(self, state, model_args, model_kwargs):
+        """The other Gibbs blocks moved: recompute ``log_likelihood`` at the new noise variance.
+
+        Nothing else is cached: :meth:`sample` reads the data and the Gaussian parameters itself.
+        """
+        if not (self._gibbs and self._observed):
+            return state
+        kernel, state = self._at(state, model_args, model_kwargs)
+        return state._replace(log_likelihood=kernel._log_likelihood(state.residual))
+
+    def wrap_model(self, wrapper):
+        """A copy on ``wrapper(model)`` (``numpyro.infer.Gibbs`` conditions the model this way)."""
+        kernel = copy.copy(self)
+        kernel._model = wrapper(self._model)
+        kernel.spec = None
+        kernel._sample_fn = None
+        return kernel
+
+    def get_constrain_fn(self, model_args, model_kwargs):
+        """Identity: the sample field holds the model's (constrained) site values."""
+        return identity
+
+    def _at(self, state, model_args, model_kwargs):
+        """The kernel and the state at the model's arguments and conditioning: a copy of the
+        kernel with the model's noise variance and trait prior, and the state with its data and
+        residual (traced values inside the compiled step)."""
+        numbers = self.spec.numbers(state.z, model_args, model_kwargs)
+        kernel = copy.copy(self)
+        kernel._noise_var = jnp.asarray(numbers.noise_var, self.dtype)
+        kernel._trait_loc = jnp.asarray(numbers.trait_loc, self.dtype)
+        kernel._trait_var = jnp.asarray(numbers.trait_var, self.dtype)
+        if self._observed:
+            spec = self.spec
+            obs = jnp.asarray(numbers.obs, self.dtype)
+            x, traits = state.z[spec.count_site], state.z[spec.trait_site]
+            state = state._replace(obs=obs, residual=obs - x.astype(self.dtype) @ traits)
+        return kernel, state
 
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs):
@@ -264,6 +313,18 @@ class CRMSlice(MCMCKernel):
                 f"of site {spec.crm_site or spec.count_site!r} ({type(crm).__name__}): "
                 f"{reasons[self.representation]}"
             )
+        self._gibbs = bool(model_kwargs and model_kwargs.get(GIBBS_SITES_KWARG))
+        fixed_marks = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
+        unordered = self.representation == "bondesson" and not fixed_marks
+        if self._gibbs and spec.crm_site is not None and unordered:
+            # the other blocks evaluate the CRM density at the exported atoms, which is finite
+            # only for decreasing atoms (the K largest); Bondesson atoms with random marks are
+            # not in order
+            raise ValueError(
+                f"CRMSlice as a Gibbs block needs decreasing atoms at site {spec.crm_site!r}: "
+                f"use representation='inverse_levy' ({type(crm).__name__} has random "
+                "Bondesson marks)"
+            )
         dt = jnp.result_type(float)
         self.spec = spec
         self.dtype = dt
@@ -271,7 +332,7 @@ class CRMSlice(MCMCKernel):
         if self.representation == "bondesson":
             const, _ = crm._bondesson_constant_and_quantile(jnp.asarray(0.5, dt))
             self._scale = float(const)
-            self._fixed_marks = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
+            self._fixed_marks = fixed_marks
         else:
             self._scale = float(crm.mass)
             self._fixed_marks = True
@@ -295,7 +356,16 @@ class CRMSlice(MCMCKernel):
         r = spec.total_count
         self._r = None if r is None else jnp.asarray(r, dt)
         self._trials = float(n) if r is None else float(np.sum(r))
-        if self.max_atoms is not None:
+        if self._gibbs:
+            # the other blocks run the model on the exported values: they need its shapes
+            if self.max_atoms not in (None, spec.truncation):
+                raise ValueError(
+                    f"CRMSlice as a Gibbs block uses the model's truncation {spec.truncation} as "
+                    f"its capacity (the other blocks see the model's shapes); got max_atoms="
+                    f"{self.max_atoms}: set the model's truncation instead"
+                )
+            self.capacity = spec.truncation
+        elif self.max_atoms is not None:
             self.capacity = self.max_atoms
         else:
             self.capacity = spec.truncation + math.ceil(self.xi_scale * (math.log(n) + 6.0))
