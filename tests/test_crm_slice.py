@@ -119,11 +119,14 @@ def test_chain_methods_agree(bb_prior):
         np.testing.assert_allclose(sequential[name], value, rtol=1e-5, atol=1e-6)
 
 
-def test_prior_only_two_parameter_ibp_moves_the_marks():
-    # IBP(α, β = 2) read as BetaProcess(α, 2): Bondesson marks V ~ Beta(1, 1) are sampled
+@pytest.mark.parametrize("representation", ["bondesson", "rejection"])
+def test_prior_only_two_parameter_ibp_moves_the_marks(representation):
+    # IBP(α, β = 2) read as BetaProcess(α, 2): the marks are sampled — Bondesson V ~ Beta(1, 1),
+    # or the rejection series' acceptance uniforms (dominating measure γ C θ^{-1}, kept with
+    # probability 1 - θ)
     alpha, beta, n = 1.0, 2.0, 5
     mcmc = run(
-        CRMSlice(linear_gaussian, xi_scale=3.0, max_atoms=64),
+        CRMSlice(linear_gaussian, representation=representation, xi_scale=3.0, max_atoms=64),
         900,  # ESS about 220 (K+ mixes well here)
         num_obs=n,
         dim=1,
@@ -137,11 +140,20 @@ def test_prior_only_two_parameter_ibp_moves_the_marks():
     check_mean(extra["num_active"], truth)
 
 
-def test_prior_only_gamma_poisson_matches_log_formula():
+@pytest.mark.parametrize(
+    "representation, num_samples, max_atoms",
+    [("bondesson", 1500, 40), ("rejection", 2000, 60)],  # rejection: Rosiński's series
+)
+def test_prior_only_gamma_poisson_matches_log_formula(representation, num_samples, max_atoms):
     mass, rate, n = 1.5, 1.0, 6
     mcmc = run(
-        CRMSlice(gamma_poisson_linear_gaussian, xi_scale=3.0, max_atoms=40),
-        1500,
+        CRMSlice(
+            gamma_poisson_linear_gaussian,
+            representation=representation,
+            xi_scale=3.0,
+            max_atoms=max_atoms,
+        ),
+        num_samples,
         num_obs=n,
         dim=1,
         mass=mass,
@@ -328,6 +340,14 @@ def test_bad_arguments():
     kernel = CRMSlice(linear_gaussian)
     mcmc = MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False)
     with pytest.raises(ValueError, match=r"site 'Z'.*concentration >= 1"):
+        mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, beta=0.5)
+    mcmc = MCMC(
+        CRMSlice(linear_gaussian, representation="rejection"),
+        num_warmup=1,
+        num_samples=1,
+        progress_bar=False,
+    )
+    with pytest.raises(ValueError, match=r"site 'Z'.*concentration \+ discount >= 1"):
         mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, beta=0.5)
 
 

@@ -178,8 +178,9 @@ def run_gibbs(model, hyper, **kernel_kwargs):
 def test_gibbs_block_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"\['theta'.*depend on sites of other Gibbs blocks"):
         run_gibbs(mass_model, "mass")
-    with pytest.raises(ValueError, match="representation='inverse_levy'"):
-        run_gibbs(gamma_poisson_hyper, "sigma")
+    for representation in ("bondesson", "rejection"):  # atoms out of order
+        with pytest.raises(ValueError, match="representation='inverse_levy'"):
+            run_gibbs(gamma_poisson_hyper, "sigma", representation=representation)
     with pytest.raises(ValueError, match="truncation 10 as its capacity"):
         run_gibbs(gamma_poisson_hyper, "sigma", representation="inverse_levy", max_atoms=30)
     # standalone, a latent hyper-parameter is named, with the way out

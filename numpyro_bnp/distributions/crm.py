@@ -317,12 +317,17 @@ class CompletelyRandomMeasure(Distribution):
             return self._inverse_tail_last(jnp.log(gammas))
         if representation == "bondesson":
             return self._bondesson(key_v, gammas)
-        return self._rejection(key_v, gammas)
+        return self._rejection_atoms(gammas, random.uniform(key_v, gammas.shape, gammas.dtype))
 
     def _bondesson(self, key, gammas):
         raise NotImplementedError
 
-    def _rejection(self, key, gammas):
+    def _rejection_atoms(self, gammas, uniforms):
+        """Rejection map ``τ(V, Γ) = ν̃^{-1}(Γ) 1[V <= dν/dν̃ (ν̃^{-1}(Γ))]``, ``V ~ Unif(0, 1)``.
+
+        ``gammas`` and ``uniforms`` have shape ``(..., batch_shape, K)`` (atoms last); rejected
+        atoms are 0.
+        """
         raise NotImplementedError
 
     # ---------------------------------------------------------------- distribution interface
@@ -563,7 +568,7 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
         rosinski = jnp.log(self.mass) + jnp.log(jnp.log1p(1.0 / (tau * x)))
         return jnp.where(self.sigma > 0, self._log_stable_tail(x), rosinski)
 
-    def _rejection(self, key, gammas):
+    def _rejection_atoms(self, gammas, uniforms):
         sigma, tau = self._safe()
         mass, s, t = self.mass[..., None], sigma[..., None], tau[..., None]
         # stable dominating measure: Ñ(x) = a x^{-σ} / (σ Γ(1-σ))
@@ -574,7 +579,7 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
         log_accept = jnp.where(
             is_stable, -self.tau[..., None] * theta, jnp.log1p(t * theta) - t * theta
         )
-        keep = jnp.log(random.uniform(key, gammas.shape, gammas.dtype)) < log_accept
+        keep = jnp.log(uniforms) < log_accept
         return jnp.where(keep, theta, 0.0)
 
 
@@ -702,7 +707,7 @@ class BetaProcess(CompletelyRandomMeasure):
         shape = jnp.where(d > 0, jnp.expm1(-d * log_x) / safe_d, -log_x)
         return jnp.log(self.mass) + self._log_c() + jnp.log(shape)
 
-    def _rejection(self, key, gammas):
+    def _rejection_atoms(self, gammas, uniforms):
         d, lam = self.discount[..., None], self.concentration[..., None]
         scale = self.mass[..., None] * jnp.exp(self._log_c()[..., None])  # γ C
         safe_d = jnp.where(d > 0, d, 1.0)
@@ -710,7 +715,7 @@ class BetaProcess(CompletelyRandomMeasure):
             d > 0, jnp.exp(-jnp.log1p(safe_d * gammas / scale) / safe_d), jnp.exp(-gammas / scale)
         )
         log_accept = (lam + d - 1.0) * jnp.log1p(-jnp.minimum(theta, 1.0))
-        keep = jnp.log(random.uniform(key, gammas.shape, gammas.dtype)) <= log_accept
+        keep = jnp.log(uniforms) <= log_accept
         return jnp.where(keep, theta, 0.0)
 
 

@@ -56,14 +56,12 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import identity, is_prng_key
 
 from numpyro_bnp.diagnostics import count_parity
-from numpyro_bnp.distributions.crm import BetaProcess
+from numpyro_bnp.distributions.crm import REPRESENTATIONS, BetaProcess
 from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._model import read_crm_trait_model
 
 __all__ = ["CRMSlice", "CRMSliceState"]
-
-REPRESENTATIONS = ("bondesson", "inverse_levy")
 
 
 class CRMSliceState(NamedTuple):
@@ -134,7 +132,9 @@ class CRMSlice(MCMCKernel):
         topic model :func:`numpyro_bnp.models.bnb_combinatorial_clustering`. Traced without data
         the model is sampled from its prior.
     :param str representation: series representation of the atoms: ``"bondesson"`` (default;
-        ``θ = V e^{-Γ/c}``) or ``"inverse_levy"`` (``θ = N^{-1}(Γ)``, decreasing atoms).
+        ``θ = V e^{-Γ/c}``), ``"inverse_levy"`` (``θ = N^{-1}(Γ)``, decreasing atoms) or
+        ``"rejection"`` (``θ = ν̃^{-1}(Γ)`` kept when ``V <= dν/dν̃``, else 0; ``V ~ Unif(0, 1)``,
+        spec D2) — each where the prior has it (:meth:`CompletelyRandomMeasure.series`).
     :param float xi_scale: ``Δ_ξ`` of the slice sequence ``ξ(k) = exp(-k/Δ_ξ)``; it changes the
         speed, never the target.
     :param int max_atoms: capacity of the atom buffer; ``None``: the model's truncation plus
@@ -315,15 +315,17 @@ class CRMSlice(MCMCKernel):
             )
         self._gibbs = bool(model_kwargs and model_kwargs.get(GIBBS_SITES_KWARG))
         fixed_marks = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
-        unordered = self.representation == "bondesson" and not fixed_marks
+        unordered = self.representation == "rejection" or (
+            self.representation == "bondesson" and not fixed_marks
+        )
         if self._gibbs and spec.crm_site is not None and unordered:
             # the other blocks evaluate the CRM density at the exported atoms, which is finite
-            # only for decreasing atoms (the K largest); Bondesson atoms with random marks are
-            # not in order
+            # only for decreasing atoms (the K largest); Bondesson atoms with random marks and
+            # rejection atoms (zeros where rejected) are not in order
             raise ValueError(
                 f"CRMSlice as a Gibbs block needs decreasing atoms at site {spec.crm_site!r}: "
-                f"use representation='inverse_levy' ({type(crm).__name__} has random "
-                "Bondesson marks)"
+                f"use representation='inverse_levy' (representation={self.representation!r} of "
+                f"{type(crm).__name__} gives atoms out of order)"
             )
         dt = jnp.result_type(float)
         self.spec = spec
@@ -333,9 +335,9 @@ class CRMSlice(MCMCKernel):
             const, _ = crm._bondesson_constant_and_quantile(jnp.asarray(0.5, dt))
             self._scale = float(const)
             self._fixed_marks = fixed_marks
-        else:
+        else:  # the marks of the rejection series are its acceptance uniforms
             self._scale = float(crm.mass)
-            self._fixed_marks = True
+            self._fixed_marks = self.representation == "inverse_levy"
         n = spec.num_rows
         self._observed = spec.obs_value is not None
         self._topics = spec.observation == "topics"
@@ -491,6 +493,8 @@ class CRMSlice(MCMCKernel):
         if self.representation == "bondesson":
             c, v = self._crm._bondesson_constant_and_quantile(marks)
             return v * jnp.exp(-gamma / c)
+        if self.representation == "rejection":
+            return self._crm._rejection_atoms(gamma[..., None], marks[..., None])[..., 0]
         return self._crm._inverse_tail(jnp.log(gamma))
 
     def _atom_loglik(self, theta, total):
