@@ -11,13 +11,14 @@ process with concentration 1, truncated at K = 2⌈log N⌉ atoms; X_nk ~ Bernou
 ψ_k ~ N(0, σ_0² I_D), y_n ~ N(X_n ψ, σ² I_D)), with D = 2⌈N log N / (N - log N)⌉.
 
 Both engines run ``numpyro.infer.MCMC(engine(models.linear_gaussian), ...)`` on the same model
-(IBP(α = c, β = 1) prior, σ_A = σ_0, σ_o = σ, the model's default capacity), one chain each. For
-each N the script times the sampling phase (after a separate warm-up call; the wall time minus
-the time JAX spent compiling, measured with ``jax.monitoring``), computes with ``arviz.ess`` the
-ESS of the parity test function (1 if Z has an even number of non-zero entries) and of the number
-of active features K, and prints ESS/s, per-iteration time, the fitted log-log slopes in N and the
-ratio ESS/s CRMSlice / accelerated Gibbs at each N. The plot goes to
-``docs/figures/crm_slice_scaling.png``.
+(IBP(α = c, β = 1) prior, σ_A = σ_0, σ_o = σ, capacity ``--max-features`` 48 so that the
+baseline's fixed buffer does not saturate), ``--chains`` sequential chains each. For each N the
+script times the sampling phase (after a separate warm-up call; the wall time minus the time JAX
+spent compiling, measured with ``jax.monitoring``), computes with ``arviz.ess`` and
+``arviz.rhat`` over the chains the ESS and R-hat of the parity test function (1 if Z has an even
+number of non-zero entries) and of the number of active features K, and prints ESS/s,
+per-iteration time, the fitted log-log slopes in N and the ratio ESS/s CRMSlice / accelerated
+Gibbs at each N. The plot goes to ``docs/figures/crm_slice_scaling.png``.
 
 A run whose number of active features reaches the capacity of ``Z`` (the model's
 ``max_features``) is marked *saturated*: that chain is truncated and its ESS is not comparable.
@@ -26,8 +27,8 @@ A run whose number of active features reaches the capacity of ``Z`` (the model's
 per-iteration times at smaller N, extrapolated with the fitted slope (at least linear), a size
 whose prediction exceeds the budget is skipped and reported as such.
 
-Engines: ``crm_slice`` = :class:`numpyro_bnp.infer.CRMSlice` (imported lazily, so the script runs
-without it), ``accelerated_gibbs`` = :class:`numpyro_bnp.infer.AcceleratedIBPGibbs`.
+Engines: ``crm_slice`` = :class:`numpyro_bnp.infer.CRMSlice`,
+``accelerated_gibbs`` = :class:`numpyro_bnp.infer.AcceleratedIBPGibbs`.
 
 ``--model bnb`` runs the beta–negative-binomial topic model of the paper's §4.2 instead
 (:func:`numpyro_bnp.models.bnb_combinatorial_clustering` with (α, λ, β) = (1, 1.1, 0.1),
@@ -47,8 +48,6 @@ import numpy as np
 from jax import random
 
 from numpyro_bnp.arviz_compat import arviz
-from numpyro_bnp.diagnostics import count_parity
-from numpyro_bnp.distributions import num_active_features
 from numpyro_bnp.models import linear_gaussian
 
 SIGMA, SIGMA0, MASS = 0.2, 0.5, 1.0
@@ -90,15 +89,15 @@ def synthetic_documents(num_docs, seed=0):
     return np.asarray(draw["counts"][0]).astype(np.int64), lengths
 
 
-def make_kernel(engine):
+def make_kernel(engine, model):
+    from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice
+
     if engine == "crm_slice":
-        from numpyro_bnp.infer import CRMSlice  # written in parallel; optional here
-
-        return CRMSlice(linear_gaussian)
+        if model is linear_gaussian:
+            return CRMSlice(model)
+        return CRMSlice(model, xi_scale=3.0, n_gamma=10, mark_step=0.3)  # paper's BNB setting
     if engine == "accelerated_gibbs":
-        from numpyro_bnp.infer import AcceleratedIBPGibbs
-
-        return AcceleratedIBPGibbs(linear_gaussian)
+        return AcceleratedIBPGibbs(model)
     raise ValueError(f"unknown engine {engine!r}")
 
 
@@ -123,86 +122,58 @@ class CompileClock:
         return total
 
 
-def ess(draws):
-    """``arviz.ess`` of one chain; NaN when the chain never moved (ESS undefined)."""
-    draws = np.asarray(draws, float)[None]
-    return float(arviz().ess(draws)) if draws.std() > 0 else float("nan")
+def ess_rhat(draws):
+    """``arviz.ess`` and ``arviz.rhat`` of ``draws`` ``(chains, draws)``; NaN when no chain
+    ever moved (both undefined)."""
+    draws = np.asarray(draws, float)
+    if not draws.std() > 0:
+        return float("nan"), float("nan")
+    rhat = float(arviz().rhat(draws)) if draws.shape[0] > 1 else float("nan")
+    return float(arviz().ess(draws)), rhat
 
 
-def run_one(engine, obs, num_warmup, num_samples, clock, seed=0):
+def run_one(kernel, data, kwargs, num_warmup, num_samples, num_chains, clock, seed=0):
+    """Warm up, then time the sampling phase of ``num_chains`` sequential chains of ``kernel``
+    on ``data``; a row of the table from the ``parity`` and ``num_active`` extra fields."""
     from numpyro.infer import MCMC
 
-    num_rows, dim = obs.shape
-    kwargs = dict(num_obs=num_rows, dim=dim, alpha=MASS, beta=1.0, sigma_a=SIGMA0, sigma_o=SIGMA)
     mcmc = MCMC(
-        make_kernel(engine), num_warmup=num_warmup, num_samples=num_samples, progress_bar=False
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method="sequential",
+        progress_bar=False,
     )
     t0 = time.time()
-    mcmc.warmup(random.PRNGKey(seed), obs, **kwargs)
+    fields = ("parity", "num_active", "saturated")
+    mcmc.warmup(random.PRNGKey(seed), data, extra_fields=fields, **kwargs)
     jax.block_until_ready(mcmc.post_warmup_state)
     warmup_s = time.time() - t0
     t0 = time.time()
-    mcmc.run(random.PRNGKey(seed + 1), obs, **kwargs)
-    z = np.asarray(jax.block_until_ready(mcmc.get_samples()["Z"]))
+    mcmc.run(random.PRNGKey(seed + 1), data, extra_fields=fields, **kwargs)
+    extra = jax.block_until_ready(mcmc.get_extra_fields(group_by_chain=True))
     t1 = time.time()
     compile_s = clock.seconds_between(t0, t1)
     sample_s = t1 - t0 - compile_s
-    parity = np.asarray(count_parity(z))
-    num_active = np.asarray(num_active_features(z))
-    ess_parity, ess_k = ess(parity), ess(num_active)
+    samples = mcmc.get_samples()
+    capacity = int(samples["Z" if "Z" in samples else "theta"].shape[-1])
+    num_active = np.asarray(extra["num_active"])
+    saturated = bool(np.asarray(extra["saturated"]).any())
+    (ess_parity, rhat_parity), (ess_k, rhat_k) = map(ess_rhat, (extra["parity"], num_active))
     return dict(
-        engine=engine,
-        N=num_rows,
-        D=dim,
+        N=data.shape[0],
+        D=data.shape[1],
         K_mean=float(num_active.mean()),
-        K_max=int(num_active.max()),
-        capacity=int(z.shape[-1]),
-        ess_parity=ess_parity,
-        ess_k=ess_k,
-        esss_parity=ess_parity / sample_s,
-        esss_k=ess_k / sample_s,
-        iter_ms=1e3 * sample_s / num_samples,
-        sample_s=sample_s,
-        warmup_s=warmup_s,
-        compile_s=compile_s,
-    )
-
-
-def run_one_bnb(counts, lengths, num_warmup, num_samples, clock, seed=0):
-    """:func:`run_one` for the BNB topic model (``CRMSlice`` only)."""
-    from numpyro.infer import MCMC
-
-    from numpyro_bnp.infer import CRMSlice
-    from numpyro_bnp.models import bnb_combinatorial_clustering
-
-    kernel = CRMSlice(bnb_combinatorial_clustering, xi_scale=3.0, n_gamma=10, mark_step=0.3)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, progress_bar=False)
-    kwargs = dict(doc_lengths=lengths, vocab_size=counts.shape[1])
-    t0 = time.time()
-    mcmc.warmup(random.PRNGKey(seed), counts, **kwargs)
-    jax.block_until_ready(mcmc.post_warmup_state)
-    warmup_s = time.time() - t0
-    t0 = time.time()
-    mcmc.run(random.PRNGKey(seed + 1), counts, **kwargs)
-    extra = jax.block_until_ready(mcmc.get_extra_fields())
-    t1 = time.time()
-    compile_s = clock.seconds_between(t0, t1)
-    sample_s = t1 - t0 - compile_s
-    parity, num_active = np.asarray(extra["parity"]), np.asarray(extra["num_active"])
-    ess_parity, ess_k = ess(parity), ess(num_active)
-    capacity = int(mcmc.last_state.arrivals.shape[-1])  # a saturated sweep shows as K = capacity
-    return dict(
-        engine="crm_slice",
-        N=counts.shape[0],
-        D=counts.shape[1],
-        K_mean=float(num_active.mean()),
-        K_max=capacity if np.asarray(extra["saturated"]).any() else int(num_active.max()),
+        K_max=capacity if saturated else int(num_active.max()),
         capacity=capacity,
         ess_parity=ess_parity,
         ess_k=ess_k,
+        rhat_parity=rhat_parity,
+        rhat_k=rhat_k,
         esss_parity=ess_parity / sample_s,
         esss_k=ess_k / sample_s,
-        iter_ms=1e3 * sample_s / num_samples,
+        iter_ms=1e3 * sample_s / (num_samples * num_chains),
         sample_s=sample_s,
         warmup_s=warmup_s,
         compile_s=compile_s,
@@ -273,6 +244,13 @@ def main(argv=None):
         default=600.0,
         help="skip an (engine, N) whose predicted sampling time exceeds this",
     )
+    parser.add_argument("--chains", type=int, default=2, help="sequential chains (default 2)")
+    parser.add_argument(
+        "--max-features",
+        type=int,
+        default=48,
+        help="capacity of Z in the model (default 48), the baseline's fixed buffer",
+    )
     parser.add_argument("--plot", default=FIGURE, help="where to save the figure")
     parser.add_argument(
         "--model",
@@ -297,29 +275,39 @@ def main(argv=None):
     )
     print(
         f"backend {jax.default_backend()}, float32, {setting}, "
-        f"{num_warmup} warm-up + {num_samples} kept iterations, 1 chain"
+        f"{num_warmup} warm-up + {num_samples} kept iterations, {args.chains} sequential chains"
     )
     clock = CompileClock()
     results, skipped = [], []
     for engine in args.engines:
         rows = []
         for num_rows in sizes:
-            guess = predicted_seconds(rows, num_rows, num_warmup + num_samples)
+            guess = predicted_seconds(rows, num_rows, (num_warmup + num_samples) * args.chains)
             if guess > args.max_seconds:
                 skipped.append((engine, num_rows, f"predicted {guess:.0f} s > --max-seconds"))
                 continue
-            try:
-                if bnb:
-                    counts, lengths = synthetic_documents(num_rows)
-                    row = run_one_bnb(counts, lengths, num_warmup, num_samples, clock)
-                    row["K_true"] = "-"
-                else:
-                    obs, counts = synthetic(num_rows)
-                    row = run_one(engine, obs, num_warmup, num_samples, clock)
-                    row["K_true"] = int((counts.sum(0) > 0).sum())  # generator atoms in use
-            except ImportError as err:
-                skipped.append((engine, num_rows, f"not available ({err})"))
-                break
+            if bnb:
+                from numpyro_bnp.models import bnb_combinatorial_clustering as model
+
+                data, lengths = synthetic_documents(num_rows)
+                kwargs = dict(doc_lengths=lengths, vocab_size=data.shape[1])
+                k_true = "-"
+            else:
+                model = linear_gaussian
+                data, counts = synthetic(num_rows)
+                kwargs = dict(
+                    num_obs=num_rows,
+                    dim=data.shape[1],
+                    alpha=MASS,
+                    beta=1.0,
+                    sigma_a=SIGMA0,
+                    sigma_o=SIGMA,
+                    max_features=args.max_features,
+                )
+                k_true = int((counts.sum(0) > 0).sum())  # generator atoms in use
+            kernel = make_kernel(engine, model)
+            row = run_one(kernel, data, kwargs, num_warmup, num_samples, args.chains, clock)
+            row.update(engine=engine, K_true=k_true)
             rows.append(row)
             print(
                 f"  {engine:<18} N={num_rows:>6} D={row['D']:>3} E[K]={row['K_mean']:5.1f} "
@@ -332,17 +320,19 @@ def main(argv=None):
 
     print("\n== ESS/s and time per iteration (sampling phase, compile time excluded)")
     header = f"{'engine':<18} {'N':>6} {'D':>3} {'true K':>6} {'E[K]':>5} {'ESS/s par':>10}"
-    header += f" {'ESS/s K':>9}"
-    print(header + f" {'ms/iter':>9} {'ESS par':>8} {'ESS K':>7} {'max K/cap':>9}")
+    header += f" {'ESS/s K':>9} {'ms/iter':>9} {'ESS par':>8} {'ESS K':>7}"
+    print(header + f" {'R^ par':>7} {'R^ K':>6} {'max K/cap':>9}")
     for r in results:
         print(
             f"{r['engine']:<18} {r['N']:>6} {r['D']:>3} {r['K_true']:>6} {r['K_mean']:>5.1f} "
             f"{r['esss_parity']:>10.3g} {r['esss_k']:>9.3g} {r['iter_ms']:>9.1f} "
-            f"{r['ess_parity']:>8.1f} {r['ess_k']:>7.1f} {r['K_max']:>5}/{r['capacity']:<3}"
+            f"{r['ess_parity']:>8.1f} {r['ess_k']:>7.1f} {r['rhat_parity']:>7.3f} "
+            f"{r['rhat_k']:>6.3f} {r['K_max']:>5}/{r['capacity']:<3}"
             + (" saturated: truncated chain" if r["K_max"] >= r["capacity"] else "")
         )
-    print("(true K: atoms of the generator used by some row; ESS K nan: K was the same in every")
-    print(" kept draw, so its ESS is undefined)")
+    print("(true K: atoms of the generator used by some row; ESS and R^ over all chains, nan: K")
+    print(" was the same in every kept draw of every chain, so they are undefined; ms/iter: one")
+    print(" iteration of one chain)")
     print(
         "\n== fitted log-log slopes in N (paper: ESS/s ~ N^-0.6 slice, N^-1.34 accelerated Gibbs)"
     )
