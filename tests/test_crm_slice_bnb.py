@@ -95,7 +95,7 @@ def exact_prior_state(kernel, template, rng):
     while True:
         gamma = np.cumsum(rng.exponential(size=CAP))
         marks = rng.uniform(size=CAP)
-        theta = np.asarray(kernel._theta(jnp.asarray(gamma), jnp.asarray(marks)))
+        theta = np.asarray(kernel._atoms.theta(jnp.asarray(gamma), jnp.asarray(marks)))
         x = rng.negative_binomial(R[:, None], 1.0 - theta[None, :])  # failures: mean rθ/(1-θ)
         if x.sum(1).max() <= TOKENS:
             break

@@ -30,7 +30,8 @@ finitely many atoms are ever instantiated; the rest (the tail) is integrated out
 The beta–negative-binomial topic model (paper §4.2) has Poisson word counts instead of the Normal
 likelihood: its counts ``X_dk ~ NB(r_d, θ_k)`` are the topics' shares of the words of document
 ``d``, step 3 is a Gibbs pass over the topic of every word and step 7 the conjugate Dirichlet draw
-of the topics (module :mod:`numpyro_bnp.infer._crm_topics`).
+of the topics (module :mod:`numpyro_bnp.infer._crm_topics`). The prior side — atoms, count law,
+thinning, the moves of steps 5 and 6 — is :mod:`numpyro_bnp.infer._crm_atoms`.
 
 Atoms live in a fixed-capacity buffer; atoms ``k < num_atoms`` are instantiated. A sweep whose
 slices ask for more atoms than the capacity is *saturated*: it runs on the truncated model and says
@@ -50,15 +51,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
 from jax.scipy.linalg import cho_solve, solve_triangular
-from jax.scipy.special import gammaln, xlogy
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import identity, is_prng_key
 
 from numpyro_bnp.diagnostics import count_parity
-from numpyro_bnp.distributions.crm import REPRESENTATIONS, BetaProcess
+from numpyro_bnp.distributions.crm import REPRESENTATIONS
 from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_topics as topic_model
+from numpyro_bnp.infer._crm_atoms import AtomSeries
 from numpyro_bnp.infer._model import read_crm_trait_model
 
 __all__ = ["CRMSlice", "CRMSliceState"]
@@ -314,11 +315,21 @@ class CRMSlice(MCMCKernel):
                 f"{reasons[self.representation]}"
             )
         self._gibbs = bool(model_kwargs and model_kwargs.get(GIBBS_SITES_KWARG))
-        fixed_marks = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
-        unordered = self.representation == "rejection" or (
-            self.representation == "bondesson" and not fixed_marks
+        dt = jnp.result_type(float)
+        n = spec.num_rows
+        atoms = AtomSeries(
+            crm,
+            self.representation,
+            spec.likelihood,
+            spec.total_count,
+            n,
+            dt,
+            n_gamma=self.n_gamma,
+            gamma_step=self.gamma_step,
+            n_marks=self.n_marks,
+            mark_step=self.mark_step,
         )
-        if self._gibbs and spec.crm_site is not None and unordered:
+        if self._gibbs and spec.crm_site is not None and not atoms.decreasing:
             # the other blocks evaluate the CRM density at the exported atoms, which is finite
             # only for decreasing atoms (the K largest); Bondesson atoms with random marks and
             # rejection atoms (zeros where rejected) are not in order
@@ -327,18 +338,9 @@ class CRMSlice(MCMCKernel):
                 f"use representation='inverse_levy' (representation={self.representation!r} of "
                 f"{type(crm).__name__} gives atoms out of order)"
             )
-        dt = jnp.result_type(float)
         self.spec = spec
         self.dtype = dt
-        self._crm = jax.tree.map(lambda x: jnp.asarray(x, dt), crm)
-        if self.representation == "bondesson":
-            const, _ = crm._bondesson_constant_and_quantile(jnp.asarray(0.5, dt))
-            self._scale = float(const)
-            self._fixed_marks = fixed_marks
-        else:  # the marks of the rejection series are its acceptance uniforms
-            self._scale = float(crm.mass)
-            self._fixed_marks = self.representation == "inverse_levy"
-        n = spec.num_rows
+        self._atoms = atoms
         self._observed = spec.obs_value is not None
         self._topics = spec.observation == "topics"
         if self._topics:
@@ -355,9 +357,7 @@ class CRMSlice(MCMCKernel):
                 np.all(spec.noise_var == spec.noise_var[0])
                 and np.all(spec.trait_var == spec.trait_var[0])
             )
-        r = spec.total_count
-        self._r = None if r is None else jnp.asarray(r, dt)
-        self._trials = float(n) if r is None else float(np.sum(r))
+        self._r = atoms.total_count
         if self._gibbs:
             # the other blocks run the model on the exported values: they need its shapes
             if self.max_atoms not in (None, spec.truncation):
@@ -488,58 +488,12 @@ class CRMSlice(MCMCKernel):
         eps = random.normal(key, (num, self.spec.dim), self.dtype)
         return self._trait_loc + jnp.sqrt(self._trait_var) * eps
 
-    def _theta(self, gamma, marks):
-        """Atom ``θ = τ(V, Γ)`` of the series representation (any shape)."""
-        if self.representation == "bondesson":
-            c, v = self._crm._bondesson_constant_and_quantile(marks)
-            return v * jnp.exp(-gamma / c)
-        if self.representation == "rejection":
-            return self._crm._rejection_atoms(gamma[..., None], marks[..., None])[..., 0]
-        return self._crm._inverse_tail(jnp.log(gamma))
-
-    def _atom_loglik(self, theta, total):
-        """``Σ_n log h(X_nk | θ)`` up to θ-free terms, from the column sum ``total = Σ_n X_nk``."""
-        if self.spec.likelihood == "bernoulli":
-            return xlogy(total, theta) + (self._trials - total) * jnp.log1p(-theta)
-        if self.spec.likelihood == "poisson":
-            return xlogy(total, theta) - self._trials * theta
-        return xlogy(total, theta) + self._trials * jnp.log1p(-theta)
-
-    def _entry_logh(self, x, theta):
-        """``log h(x | θ)`` up to x-free terms, per row: ``x`` ``(N,)`` counts."""
-        xf = x.astype(self.dtype)
-        if self.spec.likelihood == "bernoulli":
-            return jnp.where(x > 0, jnp.log(theta), jnp.log1p(-theta))
-        logh = xlogy(xf, theta) - gammaln(xf + 1.0)
-        if self.spec.likelihood == "negative_binomial":
-            logh = logh + gammaln(xf + self._r)
-        return logh
-
     def _log_likelihood(self, residual):
         d = self._noise_var
         quad = jnp.sum(residual**2 / d)
         return -0.5 * quad - 0.5 * residual.shape[0] * jnp.sum(jnp.log(2 * jnp.pi * d))
 
     # ------------------------------------------------------------------ sweep steps
-    def _thin(self, key, start):
-        """Next atom of the tail beyond ``start`` that no row uses: ``(Γ, P)`` (spec D4.2)."""
-
-        def cond(carry):
-            return ~carry[3]
-
-        def body(carry):
-            key, u, _, _ = carry
-            key, k_gap, k_mark, k_acc = random.split(key, 4)
-            u = u + random.exponential(k_gap, (), self.dtype)
-            mark = random.uniform(k_mark, (), self.dtype, minval=1e-7, maxval=1.0 - 1e-7)
-            log_accept = self._atom_loglik(self._theta(u, mark), 0.0)
-            accept = jnp.log(random.uniform(k_acc, (), self.dtype)) < log_accept
-            return key, u, mark, accept
-
-        init = (key, start, jnp.asarray(0.5, self.dtype), jnp.zeros((), bool))
-        _, u, mark, _ = lax.while_loop(cond, body, init)
-        return u, mark
-
     def _reveal(self, key, gamma, marks, traits, start, stop):
         """Instantiate atoms ``start..stop-1`` (0-based) from the thinned tail."""
 
@@ -547,7 +501,7 @@ class CRMSlice(MCMCKernel):
             gamma, marks, traits, key = carry
             key, k_thin, k_trait = random.split(key, 3)
             previous = jnp.where(j > 0, gamma[jnp.maximum(j - 1, 0)], 0.0)
-            u, mark = self._thin(k_thin, previous)
+            u, mark = self._atoms.thin(k_thin, previous)
             trait = self._draw_traits(k_trait, 1)[0]
             return gamma.at[j].set(u), marks.at[j].set(mark), traits.at[j].set(trait), key
 
@@ -598,8 +552,8 @@ class CRMSlice(MCMCKernel):
                 x_prop = jnp.maximum(x_old + step, 0)
                 change = (x_prop - x_old).astype(self.dtype)
                 log_ratio = (
-                    self._entry_logh(x_prop, th)
-                    - self._entry_logh(x_old, th)
+                    self._atoms.entry_logh(x_prop, th)
+                    - self._atoms.entry_logh(x_old, th)
                     + loglik(residual, change, trait)
                     - loglik(residual, jnp.zeros_like(change), trait)
                     + neg_log_xi(x_prop)
@@ -648,10 +602,10 @@ class CRMSlice(MCMCKernel):
             ok = (slice_atoms > 0) & (j != k) & (xj != xk)
             th_j, th_k = theta[j], theta[k]
             log_ratio = (
-                self._entry_logh(xk, th_j)
-                + self._entry_logh(xj, th_k)
-                - self._entry_logh(xj, th_j)
-                - self._entry_logh(xk, th_k)
+                self._atoms.entry_logh(xk, th_j)
+                + self._atoms.entry_logh(xj, th_k)
+                - self._atoms.entry_logh(xj, th_j)
+                - self._atoms.entry_logh(xk, th_k)
             )
             change = (xk - xj).astype(self.dtype)[:, None] * (traits[j] - traits[k])
             if self._observed:
@@ -668,65 +622,6 @@ class CRMSlice(MCMCKernel):
 
         x, residual, _ = lax.fori_loop(0, self.n_swaps, move, (x, residual, key))
         return x, residual
-
-    def _gamma_step(self, key, gamma, marks, totals, num_atoms):
-        """Metropolis on each interior arrival ``Γ_k``, ``k < num_atoms - 1`` (spec D4.5)."""
-        cap = gamma.shape[0]
-        scale = self.gamma_step * self._scale / jnp.sqrt(1.0 + totals)
-
-        def atom(j, carry):
-            gamma, accepted, key = carry
-            key, sub = random.split(key)
-            lo = jnp.where(j > 0, gamma[jnp.maximum(j - 1, 0)], 0.0)
-            hi = gamma[jnp.minimum(j + 1, cap - 1)]
-            mark, total = marks[j], totals[j]
-
-            def move(i, carry):
-                g, accepted, key = carry
-                key, k_prop, k_acc = random.split(key, 3)
-                walk = g + scale[j] * random.normal(k_prop, (), self.dtype)
-                uniform = lo + (hi - lo) * random.uniform(k_prop, (), self.dtype)
-                proposal = jnp.where(i % 2 == 0, walk, uniform)
-                inside = (proposal > lo) & (proposal < hi)
-                safe = jnp.where(inside, proposal, g)
-                log_ratio = self._atom_loglik(self._theta(safe, mark), total) - self._atom_loglik(
-                    self._theta(g, mark), total
-                )
-                accept = inside & (jnp.log(random.uniform(k_acc, (), self.dtype)) < log_ratio)
-                return jnp.where(accept, proposal, g), accepted + accept, key
-
-            g, accepted, _ = lax.fori_loop(0, self.n_gamma, move, (gamma[j], accepted, sub))
-            return gamma.at[j].set(g), accepted, key
-
-        # interior atoms only: the last one (the sentinel) has no right neighbour
-        gamma, accepted, _ = lax.fori_loop(0, num_atoms - 1, atom, (gamma, 0, key))
-        moves = jnp.maximum(num_atoms - 1, 0) * self.n_gamma
-        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
-        return gamma, rate.astype(self.dtype)
-
-    def _mark_step(self, key, gamma, marks, totals, num_atoms):
-        """Logit random walk on the marks of the instantiated atoms (spec D4.6)."""
-        live = jnp.arange(marks.shape[0]) < num_atoms
-
-        def move(_, carry):
-            marks, accepted, key = carry
-            key, k_prop, k_acc = random.split(key, 3)
-            logit = jnp.log(marks) - jnp.log1p(-marks)
-            prop = jax.nn.sigmoid(logit + self.mark_step * random.normal(k_prop, marks.shape))
-            prop = jnp.clip(prop, 1e-7, 1.0 - 1e-7).astype(self.dtype)
-            log_ratio = (
-                self._atom_loglik(self._theta(gamma, prop), totals)
-                - self._atom_loglik(self._theta(gamma, marks), totals)
-                + jnp.log(prop * (1.0 - prop))
-                - jnp.log(marks * (1.0 - marks))
-            )
-            accept = live & (jnp.log(random.uniform(k_acc, marks.shape, self.dtype)) < log_ratio)
-            return jnp.where(accept, prop, marks), accepted + jnp.sum(accept), key
-
-        marks, accepted, _ = lax.fori_loop(0, self.n_marks, move, (marks, 0, key))
-        moves = num_atoms * self.n_marks
-        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
-        return marks, rate.astype(self.dtype)
 
     def _trait_step(self, key, x, obs, allocation):
         """``Ψ | X, Y``: per column, ``N(P^{-1} b, P^{-1})`` with ``P = XᵀX/σ² + I/σ_0²``.
@@ -780,7 +675,7 @@ class CRMSlice(MCMCKernel):
         num_atoms = jnp.maximum(state.num_atoms, k_star)
         gamma, marks, traits = self._reveal(k_ext, gamma, marks, traits, state.num_atoms, k_star)
         live = index <= num_atoms
-        theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
+        theta = jnp.where(live, self._atoms.theta(jnp.where(live, gamma, 1.0), marks), 0.0)
 
         # 3. counts, restricted by the slices
         allocation = state.allocation
@@ -800,18 +695,15 @@ class CRMSlice(MCMCKernel):
 
         # 5.-6. arrivals and marks
         totals = jnp.sum(x, axis=0).astype(self.dtype)
-        gamma, accept_gamma = self._gamma_step(k_g, gamma, marks, totals, with_sentinel)
-        if self._fixed_marks or self.n_marks == 0:
-            accept_marks = jnp.zeros((), self.dtype)
-        else:
-            marks, accept_marks = self._mark_step(k_v, gamma, marks, totals, with_sentinel)
+        gamma, accept_gamma = self._atoms.move_arrivals(k_g, gamma, marks, totals, with_sentinel)
+        marks, accept_marks = self._atoms.move_marks(k_v, gamma, marks, totals, with_sentinel)
 
         # 7. traits; 8. drop the sentinel
         traits = self._trait_step(k_psi, x, state.obs, allocation)
         live = index <= num_atoms
         gamma = jnp.where(live, gamma, 0.0)
         marks = jnp.where(live, marks, 0.5)
-        theta = jnp.where(live, self._theta(jnp.where(live, gamma, 1.0), marks), 0.0)
+        theta = jnp.where(live, self._atoms.theta(jnp.where(live, gamma, 1.0), marks), 0.0)
         if self._topics:  # rates | X, θ for the output; nothing beyond the instantiated atoms
             key, k_rates = random.split(key)
             traits = jnp.where(live[:, None], traits, 0.0)

@@ -1,0 +1,179 @@
+r"""The atoms of a CRM series representation and their count law, for :class:`CRMSlice`.
+
+The prior side of the slice sampler (spec ``powerprior_slice.md`` D2 and D4 steps 2, 5, 6): atoms
+``θ_k = τ(V_k, Γ_k)`` of a series representation over the arrivals ``Γ_1 < Γ_2 < …`` of a
+unit-rate Poisson process with marks ``V_k`` (stored as the uniform coordinates
+``P_k = F_G(V_k)``), the count law ``h(x | θ)`` (Bernoulli, Poisson or negative binomial), the
+next atom of the tail that no row uses (thinning), and the Metropolis moves of the arrivals and
+the marks given the count matrix.
+
+Representations (:meth:`numpyro_bnp.distributions.CompletelyRandomMeasure.series`):
+``"bondesson"`` ``θ = V e^{-Γ/c}``; ``"inverse_levy"`` ``θ = N^{-1}(Γ)`` (no marks);
+``"rejection"`` ``θ = ν̃^{-1}(Γ)`` kept when the mark ``V ~ Unif(0, 1)`` is below
+``dν/dν̃(θ)``, 0 otherwise — a rejected atom is one no row can use, and its mark moves like a
+Bondesson mark, so it can be accepted later.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+from jax.scipy.special import gammaln, xlogy
+
+from numpyro_bnp.distributions.crm import BetaProcess
+
+
+class AtomSeries:
+    """Atoms of ``crm`` in a series representation, with the count law ``h``.
+
+    :param crm: the CRM prior (a :class:`~numpyro_bnp.distributions.CompletelyRandomMeasure`).
+    :param str representation: ``"bondesson"``, ``"inverse_levy"`` or ``"rejection"``.
+    :param str likelihood: count law ``h``: ``"bernoulli"``, ``"poisson"`` or
+        ``"negative_binomial"``.
+    :param total_count: ``(N,)`` negative-binomial totals ``r_n`` (``None`` otherwise).
+    :param int num_rows: ``N``.
+    :param dtype: float dtype of the arrays.
+    :param int n_gamma, gamma_step, n_marks, mark_step: see :class:`CRMSlice`.
+    """
+
+    def __init__(
+        self,
+        crm,
+        representation,
+        likelihood,
+        total_count,
+        num_rows,
+        dtype,
+        *,
+        n_gamma,
+        gamma_step,
+        n_marks,
+        mark_step,
+    ):
+        self.crm = jax.tree.map(lambda x: jnp.asarray(x, dtype), crm)
+        self.representation = representation
+        self.likelihood = likelihood
+        self.total_count = None if total_count is None else jnp.asarray(total_count, dtype)
+        self.trials = float(num_rows) if total_count is None else float(jnp.sum(total_count))
+        self.dtype = dtype
+        self.n_gamma, self.gamma_step = n_gamma, gamma_step
+        self.n_marks, self.mark_step = n_marks, mark_step
+        unit_beta = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
+        if representation == "bondesson":
+            self.scale = float(crm._bondesson_constant_and_quantile(jnp.asarray(0.5, dtype))[0])
+            self.fixed_marks = unit_beta  # V ~ Beta(1, 0) = δ_1
+        else:
+            self.scale = float(crm.mass)
+            self.fixed_marks = representation == "inverse_levy"
+        #: the atoms decrease with k (the inverse-Lévy series, or Bondesson with fixed marks)
+        self.decreasing = representation == "inverse_levy" or (
+            representation == "bondesson" and unit_beta
+        )
+
+    def theta(self, gamma, marks):
+        """Atom ``θ = τ(V, Γ)`` of the series representation (any shape)."""
+        if self.representation == "bondesson":
+            c, v = self.crm._bondesson_constant_and_quantile(marks)
+            return v * jnp.exp(-gamma / c)
+        if self.representation == "rejection":
+            return self.crm._rejection_atoms(gamma[..., None], marks[..., None])[..., 0]
+        return self.crm._inverse_tail(jnp.log(gamma))
+
+    def column_loglik(self, theta, total):
+        """``Σ_n log h(X_nk | θ)`` up to θ-free terms, from the column sum ``total = Σ_n X_nk``."""
+        if self.likelihood == "bernoulli":
+            return xlogy(total, theta) + (self.trials - total) * jnp.log1p(-theta)
+        if self.likelihood == "poisson":
+            return xlogy(total, theta) - self.trials * theta
+        return xlogy(total, theta) + self.trials * jnp.log1p(-theta)
+
+    def entry_logh(self, x, theta):
+        """``log h(x | θ)`` up to x-free terms, per row: ``x`` ``(N,)`` counts."""
+        xf = x.astype(self.dtype)
+        if self.likelihood == "bernoulli":
+            return jnp.where(x > 0, jnp.log(theta), jnp.log1p(-theta))
+        logh = xlogy(xf, theta) - gammaln(xf + 1.0)
+        if self.likelihood == "negative_binomial":
+            logh = logh + gammaln(xf + self.total_count)
+        return logh
+
+    def thin(self, key, start):
+        """Next atom of the tail beyond ``start`` that no row uses: ``(Γ, P)`` (spec D4.2)."""
+
+        def cond(carry):
+            return ~carry[3]
+
+        def body(carry):
+            key, u, _, _ = carry
+            key, k_gap, k_mark, k_acc = random.split(key, 4)
+            u = u + random.exponential(k_gap, (), self.dtype)
+            mark = random.uniform(k_mark, (), self.dtype, minval=1e-7, maxval=1.0 - 1e-7)
+            log_accept = self.column_loglik(self.theta(u, mark), 0.0)
+            accept = jnp.log(random.uniform(k_acc, (), self.dtype)) < log_accept
+            return key, u, mark, accept
+
+        init = (key, start, jnp.asarray(0.5, self.dtype), jnp.zeros((), bool))
+        _, u, mark, _ = lax.while_loop(cond, body, init)
+        return u, mark
+
+    def move_arrivals(self, key, gamma, marks, totals, num_atoms):
+        """Metropolis on each interior arrival ``Γ_k``, ``k < num_atoms - 1`` (spec D4.5):
+        ``(Γ, acceptance rate)``."""
+        cap = gamma.shape[0]
+        scale = self.gamma_step * self.scale / jnp.sqrt(1.0 + totals)
+
+        def atom(j, carry):
+            gamma, accepted, key = carry
+            key, sub = random.split(key)
+            lo = jnp.where(j > 0, gamma[jnp.maximum(j - 1, 0)], 0.0)
+            hi = gamma[jnp.minimum(j + 1, cap - 1)]
+            mark, total = marks[j], totals[j]
+
+            def move(i, carry):
+                g, accepted, key = carry
+                key, k_prop, k_acc = random.split(key, 3)
+                walk = g + scale[j] * random.normal(k_prop, (), self.dtype)
+                uniform = lo + (hi - lo) * random.uniform(k_prop, (), self.dtype)
+                proposal = jnp.where(i % 2 == 0, walk, uniform)
+                inside = (proposal > lo) & (proposal < hi)
+                safe = jnp.where(inside, proposal, g)
+                log_ratio = self.column_loglik(self.theta(safe, mark), total) - self.column_loglik(
+                    self.theta(g, mark), total
+                )
+                accept = inside & (jnp.log(random.uniform(k_acc, (), self.dtype)) < log_ratio)
+                return jnp.where(accept, proposal, g), accepted + accept, key
+
+            g, accepted, _ = lax.fori_loop(0, self.n_gamma, move, (gamma[j], accepted, sub))
+            return gamma.at[j].set(g), accepted, key
+
+        # interior atoms only: the last one (the sentinel) has no right neighbour
+        gamma, accepted, _ = lax.fori_loop(0, num_atoms - 1, atom, (gamma, 0, key))
+        moves = jnp.maximum(num_atoms - 1, 0) * self.n_gamma
+        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
+        return gamma, rate.astype(self.dtype)
+
+    def move_marks(self, key, gamma, marks, totals, num_atoms):
+        """Logit random walk on the marks of the instantiated atoms (spec D4.6): ``(marks,
+        acceptance rate)``; the marks unchanged when they are fixed or ``n_marks`` is 0."""
+        if self.fixed_marks or self.n_marks == 0:
+            return marks, jnp.zeros((), self.dtype)
+        live = jnp.arange(marks.shape[0]) < num_atoms
+
+        def move(_, carry):
+            marks, accepted, key = carry
+            key, k_prop, k_acc = random.split(key, 3)
+            logit = jnp.log(marks) - jnp.log1p(-marks)
+            prop = jax.nn.sigmoid(logit + self.mark_step * random.normal(k_prop, marks.shape))
+            prop = jnp.clip(prop, 1e-7, 1.0 - 1e-7).astype(self.dtype)
+            log_ratio = (
+                self.column_loglik(self.theta(gamma, prop), totals)
+                - self.column_loglik(self.theta(gamma, marks), totals)
+                + jnp.log(prop * (1.0 - prop))
+                - jnp.log(marks * (1.0 - marks))
+            )
+            accept = live & (jnp.log(random.uniform(k_acc, marks.shape, self.dtype)) < log_ratio)
+            return jnp.where(accept, prop, marks), accepted + jnp.sum(accept), key
+
+        marks, accepted, _ = lax.fori_loop(0, self.n_marks, move, (marks, 0, key))
+        moves = num_atoms * self.n_marks
+        rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
+        return marks, rate.astype(self.dtype)
