@@ -14,12 +14,13 @@ Both engines run ``numpyro.infer.MCMC(engine(models.linear_gaussian), ...)`` on 
 (IBP(α = c, β = 1) prior, σ_A = σ_0, σ_o = σ, the model's default capacity, which is the
 baseline's fixed buffer; ``--max-features`` changes it, but the baseline's time per iteration
 grows steeply with it: 28 ms at 22 slots, 382 ms at 48 slots for N = 500), ``--chains``
-sequential chains each. For each N the script times the sampling phase (after a separate warm-up call; the wall time minus the time JAX
-spent compiling, measured with ``jax.monitoring``), computes with ``arviz.ess`` and
-``arviz.rhat`` over the chains the ESS and R-hat of the parity test function (1 if Z has an even
-number of non-zero entries) and of the number of active features K, and prints ESS/s,
-per-iteration time, the fitted log-log slopes in N and the ratio ESS/s CRMSlice / accelerated
-Gibbs at each N. The plot goes to ``docs/figures/crm_slice_scaling.png``.
+sequential chains each. For each N the script times the sampling phase (after a separate warm-up
+call; the wall time minus the time JAX spent compiling, measured with ``jax.monitoring``),
+computes with ``arviz.ess`` and ``arviz.rhat`` over the chains the ESS and R-hat of the parity
+test function (1 if Z has an even number of non-zero entries) and of the number of active
+features K, and prints ESS/s, per-iteration time, the fitted log-log slopes in N and the ratio
+ESS/s CRMSlice / accelerated Gibbs at each N. The plot goes to
+``docs/figures/crm_slice_scaling.png``.
 
 A run whose number of active features reaches the capacity of ``Z`` (the model's
 ``max_features``) is marked *saturated*: that chain is truncated and its ESS is not comparable.
