@@ -174,9 +174,13 @@ def main(argv=None):
             print(f" ({len(held)} images)")
     final = fits.get("refined", result)
     use = np.asarray(final.feature_use(small))
-    print(f"an image uses {(use > 0.5).sum(1).mean():.1f} features on average")
-    sharing = feature_sharing(use, labels)
     classes = np.unique(labels)
+    per_image = (use > 0.5).sum(1)
+    print(
+        f"an image uses {per_image.mean():.1f} features on average; by class: "
+        + ", ".join(f"{c}: {per_image[labels == c].mean():.1f}" for c in classes)
+    )
+    sharing = feature_sharing(use, labels)
     report_sharing(sharing, classes)
     with np.printoptions(precision=3, suppress=True):
         print(sharing)
