@@ -16,11 +16,11 @@ filter's features, with birth and death moves. Each pass:
    Σ_{n'≠n} b_n'k`` and ``ν = αβ/(β+N-1)`` the rate of new features of one row;
 3. **birth**: candidate features are the residuals of the ``num_candidates`` rows whose residual a
    new feature explains best (the log Bayes factor of a new feature with the feature integrated
-   out, ``log N(r; μ₀, Σ₀ + Λ⁻¹) - log N(r; 0, Λ⁻¹)``); each candidate is re-estimated once from
-   the rows that would adopt it (a k-means-like step, so that a new feature starts as the mean
-   of the rows that share it rather than one row's residual, noise and all) and scored by the
-   number of adopting rows. The best candidate adopted by at least two rows is put into a free
-   slot (one birth per pass);
+   out, ``log N(r; μ₀, Σ₀ + Λ⁻¹) - log N(r; 0, Λ⁻¹)``); each candidate is re-estimated
+   ``NUM_ROUNDS`` times from the rows that would adopt it (k-means-like steps, so that a new
+   feature starts as the mean of the rows that share it rather than one row's residual, noise
+   and all) and scored by the number of adopting rows. The best candidate adopted by at least
+   two rows is put into a free slot (one birth per pass);
 4. **death**: a feature used by fewer than ``min_use`` rows in expectation is removed; a feature
    that only one row uses cannot be told from that row's own offset and does not predict.
 
