@@ -141,28 +141,6 @@ class RIBPInfo(NamedTuple):
     truncation: jnp.ndarray
 
 
-def _replay_residuals(first, shift, coef, g, reverse):
-    """``(K, D)`` residuals ``r_l`` seen by each slot in a sweep, from the sweep's outputs.
-
-    In processing order a slot turns the residual it saw into the next slot's,
-    ``r_next = (1 - c_l g_l) ⊙ r_l + shift_l`` with ``c_l = b_l E[w_l]``, ``μ_l = a_l + g_l ⊙ r_l``
-    and ``shift_l = old_next - c_l a_l``: a first-order linear recursion, solved by an associative
-    scan (``log K`` vectorised steps). ``first`` ``(D,)`` is the residual of the first slot
-    processed (slot ``K - 1`` when ``reverse``).
-    """
-    factor = 1.0 - coef[:, None] * g
-    zero = jnp.zeros_like(first)[None]
-    if reverse:  # slot l is followed by slot l - 1
-        elems = (jnp.concatenate([factor[1:], zero]), jnp.concatenate([shift[1:], first[None]]))
-    else:
-        elems = (jnp.concatenate([zero, factor[:-1]]), jnp.concatenate([first[None], shift[:-1]]))
-
-    def compose(earlier, later):  # r -> f r + s, applied in processing order
-        return later[0] * earlier[0], later[0] * earlier[1] + later[1]
-
-    return lax.associative_scan(compose, elems, reverse=reverse)[1]
-
-
 class RIBPFilter:
     """R-IBP streaming filter on a NumPyro latent feature model (see the module docstring).
 
@@ -506,11 +484,13 @@ class RIBPFilter:
         zero = jnp.zeros_like(old[:1])
         old_next = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
 
+        emit = update or born is not None  # the features change: the loop emits them
+
         def slot(r, x):
-            next_l, a_l, g_l, tv_l, kl_l, born_l, mu0_l, var0_l, logit_l, phi_l, w_var_l = x
+            next_l, a_l, g_l, tv_l, logit = x[:5]
             mu = a_l + g_l * r
-            logit = logit_l
             if born is not None:
+                kl_l, born_l, mu0_l, var0_l = x[5:]
                 shift = mu - mu0_l
                 logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
             if fa:
@@ -523,20 +503,28 @@ class RIBPFilter:
                 phi_l = w_var_l * (m0 / v0 + data)
                 kl_w = 0.5 * ((w_var_l + (phi_l - m0) ** 2) / v0 - 1.0 - jnp.log(w_var_l / v0))
                 logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
+                b_new = jax.nn.sigmoid(logit)
+                scalars = [b_new, phi_l, w_var_l]
+                coef_l = b_new * phi_l
             else:  # ϕ = 1, Φ = 0: one reduction, μᵀΛr - (μᵀΛμ + tr ΛΣ) / 2
                 logit = logit + jnp.sum(lam * mu * (r - 0.5 * mu)) - 0.5 * tv_l
-            b_new = jax.nn.sigmoid(logit)
-            return r - (b_new * phi_l) * mu + next_l, (b_new, phi_l, w_var_l)
+                b_new = jax.nn.sigmoid(logit)
+                scalars = [b_new]
+                coef_l = b_new
+            # one output array per slot: with several, XLA on CPU copies the (K, D) one per slot
+            out = jnp.stack(scalars) if not emit else jnp.concatenate([jnp.stack(scalars), mu])
+            return r - coef_l * mu + next_l, out
 
-        xs = (old_next, a, g, trace_var, kl_const, born_f, mu0, var0, prior_logit, phi, w_var)
-        b, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse)[1]
-        if not (update or born is not None):
+        xs = (old_next, a, g, trace_var, prior_logit)
+        if born is not None:
+            xs += (kl_const, born_f, mu0, var0)
+        out = lax.scan(slot, resid, xs, reverse=reverse)[1]
+        b = out[:, 0]
+        if fa:
+            phi, w_var = out[:, 1], out[:, 2]
+        if not emit:
             return b, mu0, var_s, phi, w_var
-        # The loop returns only scalars per slot: writing a D-vector per slot from inside it
-        # costs more on CPU than the rest of the slot's work. The residuals the slots saw follow
-        # from those scalars by a linear recursion, replayed here in parallel.
-        seen = _replay_residuals(resid, old_next - (b * phi)[:, None] * a, b * phi, g, reverse)
-        return b, a + g * seen, var_s, phi, w_var
+        return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
         """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
