@@ -67,10 +67,10 @@ steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11 agains
 the start of the observation, then the *ossification* average with weights ``b_nl`` (new) and
 ``S_{n-1,l}`` (old) — and then ``b_nl``, carrying only the D-vector residual
 ``o_n - Σ_{k≠l} b_k E[w_k] μ_k`` from slot to slot. Factor analysis then updates the weights.
-The sequential loop emits only the scalars ``b_l`` (and ``ϕ_l, Φ_l``); the feature means, affine
-in the residual each slot saw, are recovered after the loop by replaying the residual recursion
-with an associative scan. On CPU this is 1.5-1.6x faster than emitting a D-vector per slot from
-the loop (same results to rounding).
+Everything that does not depend on the residual (the feature's mean is affine in it,
+``μ_l = a_l + g_l ⊙ r_l``) is computed for all slots before the sequential loop, which emits one
+array per slot, ``(b_l, [ϕ_l, Φ_l,] μ_l)``: with XLA on CPU a scalar and a vector output would
+copy the whole ``(K, D)`` output buffer at every slot.
 
 **Retiring features.** A slot whose existence probability is below
 ``retire_threshold`` while a later slot's is above it is a *hole*: the prior indexes features by
