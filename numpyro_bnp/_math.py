@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.special import digamma, gammainc, gammaln, xlogy
+from jax.scipy.special import digamma, gammaln, xlogy
 
 __all__ = [
     "generalized_harmonic",
@@ -56,9 +56,15 @@ def poisson_interval_probs(rate_lo, rate_hi, num_events):
     ``δ = rate_hi - rate_lo``), which matters late in a stream where ``δ = αβ/(β+n-1)`` is tiny.
     ``d_j`` is positive below ``j* = δ / log(rate_hi/rate_lo)`` and negative above, so the lower
     sum is used for ``k <= j*`` and the upper sum for ``k > j*``: every sum has terms of one sign
-    and nothing cancels. The upper sum's mass beyond ``num_events`` is one incomplete-gamma
-    difference per rate pair. All ``k`` cost ``O(num_events)`` elementwise work and two cumulative
-    sums — no iterative special function per ``k``. The result is clipped to ``[0, 1]``.
+    and nothing cancels. The upper sums run over ``j < num_events + m`` with
+    ``m = 10 sqrt(num_events) + 30`` extra terms instead of to infinity. They are used only where
+    ``rate_hi < num_events``; there the pmfs beyond ``num_events`` fall faster than
+    ``exp(-i² / (2 (num_events + i)))`` at ``j = num_events + i``, so the terms left out are below
+    ``e^-28`` of the sum. Where ``rate_hi >= num_events`` every ``k <= num_events`` lies at or
+    below the bulk of ``Poisson(rate_hi)``, no value is in a far tail, and the lower sum (which
+    equals the upper one, ``sum_j d_j = 0``) is used for all ``k``. All ``k`` cost
+    ``O(num_events)`` elementwise work and two cumulative sums — no iterative special function.
+    The result is clipped to ``[0, 1]``.
 
     Accuracy: better than 1e-9 relative in float64 (tested against a cancellation-free SciPy sum).
     In float32 the log-pmfs carry an absolute error of about ``eps * k log(rate)``: values are
@@ -74,7 +80,8 @@ def poisson_interval_probs(rate_lo, rate_hi, num_events):
     dtype = jnp.result_type(rate_lo, float)
     lo, hi = rate_lo.astype(dtype)[..., None], rate_hi.astype(dtype)[..., None]
     delta = hi - lo
-    j = jnp.arange(num_events, dtype=dtype)
+    extra = int(10 * np.sqrt(num_events)) + 30  # terms of the upper sums beyond num_events
+    j = jnp.arange(num_events + extra, dtype=dtype)
     positive = lo > 0
     safe_lo = jnp.where(positive, lo, 1.0)
     log_pmf_lo = xlogy(j, safe_lo) - safe_lo - gammaln(j + 1.0)
@@ -85,14 +92,14 @@ def poisson_interval_probs(rate_lo, rate_hi, num_events):
     # rate_lo = 0: p_j(0) = 1[j = 0], so d_0 = 1 - exp(-hi) and d_j = -p_j(hi) for j > 0
     diff_zero = jnp.where(j == 0, -jnp.expm1(-hi), -jnp.exp(xlogy(j, hi) - hi - gammaln(j + 1.0)))
     diff = jnp.where(positive, diff_pos, diff_zero)
-    lower = jnp.cumsum(diff, axis=-1)  # sum_{j<k} d_j for k = 1..num_events
-    num = jnp.asarray(num_events, dtype)
-    beyond = gammainc(num, hi) - gammainc(num, lo)  # -sum_{j>=num_events} d_j
-    from_index = beyond - jnp.cumsum(diff[..., ::-1], axis=-1)[..., ::-1]  # -sum_{j>=i} d_j
-    upper = jnp.concatenate([from_index[..., 1:], beyond], axis=-1)  # k = i for i = 1..num_events
+    lower = jnp.cumsum(diff[..., :num_events], axis=-1)  # sum_{j<k} d_j for k = 1..num_events
+    from_index = -jnp.cumsum(diff[..., ::-1], axis=-1)[..., ::-1]  # -sum_{i<=j<n+m} d_j
+    upper = from_index[..., 1 : num_events + 1]  # k = i for i = 1..num_events
     safe_delta = jnp.where(delta > 0, delta, 1.0)
     crossover = jnp.where(delta > 0, safe_delta / jnp.log1p(safe_delta / safe_lo), lo)  # j*
-    return jnp.clip(jnp.where(j + 1.0 <= crossover, lower, upper), 0.0, 1.0)
+    k = j[:num_events] + 1.0
+    use_lower = (k <= crossover) | (hi >= num_events)
+    return jnp.clip(jnp.where(use_lower, lower, upper), 0.0, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ one-pass update): mean-field coordinate ascent over a buffer of rows with every 
 feature unfrozen, birth and death moves (:mod:`numpyro_bnp.infer._ribp_refine`). It brings the
 count close to the truth where the one-pass filter stalls (``docs/ribp.md``).
 
+**Read-outs** (:meth:`RIBPFilter.log_predictive`, :meth:`RIBPFilter.feature_use`, posterior
+draws for ArviZ) are in :mod:`numpyro_bnp.infer._ribp_predictive`.
+
 Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
 
 * **linear-Gaussian** (``o_n ~ N(z_n A, diag σ²)``): closed-form updates (paper App. B.2, Eqs.
@@ -64,10 +67,10 @@ steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11 agains
 the start of the observation, then the *ossification* average with weights ``b_nl`` (new) and
 ``S_{n-1,l}`` (old) — and then ``b_nl``, carrying only the D-vector residual
 ``o_n - Σ_{k≠l} b_k E[w_k] μ_k`` from slot to slot. Factor analysis then updates the weights.
-The sequential loop emits only the scalars ``b_l`` (and ``ϕ_l, Φ_l``); the feature means, affine
-in the residual each slot saw, are recovered after the loop by replaying the residual recursion
-with an associative scan. On CPU this is 1.5-1.6x faster than emitting a D-vector per slot from
-the loop (same results to rounding).
+Everything that does not depend on the residual (the feature's mean is affine in it,
+``μ_l = a_l + g_l ⊙ r_l``) is computed for all slots before the sequential loop, which emits one
+array per slot, ``(b_l, [ϕ_l, Φ_l,] μ_l)``: with XLA on CPU a scalar and a vector output would
+copy the whole ``(K, D)`` output buffer at every slot.
 
 **Retiring features.** A slot whose existence probability is below
 ``retire_threshold`` while a later slot's is above it is a *hole*: the prior indexes features by
@@ -89,17 +92,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.special import logsumexp, xlogy
+from jax.scipy.special import xlogy
 
 from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
-from numpyro_bnp.infer import streaming
+from numpyro_bnp.infer import _ribp_predictive, streaming
 from numpyro_bnp.infer._model import read_feature_model
-from numpyro_bnp.infer._ribp_refine import refine_state
+from numpyro_bnp.infer._ribp_refine import _logit, refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
-
-POLISH_STEPS = 16  # greedy flip steps that improve the log-predictive proposal's mode
 
 
 class RIBPState(NamedTuple):
@@ -138,32 +139,6 @@ class RIBPInfo(NamedTuple):
     num_used: jnp.ndarray
     elbo: jnp.ndarray
     truncation: jnp.ndarray
-
-
-def _logit(p):
-    return jnp.log(p) - jnp.log1p(-p)
-
-
-def _replay_residuals(first, shift, coef, g, reverse):
-    """``(K, D)`` residuals ``r_l`` seen by each slot in a sweep, from the sweep's outputs.
-
-    In processing order a slot turns the residual it saw into the next slot's,
-    ``r_next = (1 - c_l g_l) ⊙ r_l + shift_l`` with ``c_l = b_l E[w_l]``, ``μ_l = a_l + g_l ⊙ r_l``
-    and ``shift_l = old_next - c_l a_l``: a first-order linear recursion, solved by an associative
-    scan (``log K`` vectorised steps). ``first`` ``(D,)`` is the residual of the first slot
-    processed (slot ``K - 1`` when ``reverse``).
-    """
-    factor = 1.0 - coef[:, None] * g
-    zero = jnp.zeros_like(first)[None]
-    if reverse:  # slot l is followed by slot l - 1
-        elems = (jnp.concatenate([factor[1:], zero]), jnp.concatenate([shift[1:], first[None]]))
-    else:
-        elems = (jnp.concatenate([zero, factor[:-1]]), jnp.concatenate([first[None], shift[:-1]]))
-
-    def compose(earlier, later):  # r -> f r + s, applied in processing order
-        return later[0] * earlier[0], later[0] * earlier[1] + later[1]
-
-    return lax.associative_scan(compose, elems, reverse=reverse)[1]
 
 
 class RIBPFilter:
@@ -509,11 +484,13 @@ class RIBPFilter:
         zero = jnp.zeros_like(old[:1])
         old_next = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
 
+        emit = update or born is not None  # the features change: the loop emits them
+
         def slot(r, x):
-            next_l, a_l, g_l, tv_l, kl_l, born_l, mu0_l, var0_l, logit_l, phi_l, w_var_l = x
+            next_l, a_l, g_l, tv_l, logit = x[:5]
             mu = a_l + g_l * r
-            logit = logit_l
             if born is not None:
+                kl_l, born_l, mu0_l, var0_l = x[5:]
                 shift = mu - mu0_l
                 logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
             if fa:
@@ -526,20 +503,28 @@ class RIBPFilter:
                 phi_l = w_var_l * (m0 / v0 + data)
                 kl_w = 0.5 * ((w_var_l + (phi_l - m0) ** 2) / v0 - 1.0 - jnp.log(w_var_l / v0))
                 logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
+                b_new = jax.nn.sigmoid(logit)
+                scalars = [b_new, phi_l, w_var_l]
+                coef_l = b_new * phi_l
             else:  # ϕ = 1, Φ = 0: one reduction, μᵀΛr - (μᵀΛμ + tr ΛΣ) / 2
                 logit = logit + jnp.sum(lam * mu * (r - 0.5 * mu)) - 0.5 * tv_l
-            b_new = jax.nn.sigmoid(logit)
-            return r - (b_new * phi_l) * mu + next_l, (b_new, phi_l, w_var_l)
+                b_new = jax.nn.sigmoid(logit)
+                scalars = [b_new]
+                coef_l = b_new
+            # one output array per slot: with several, XLA on CPU copies the (K, D) one per slot
+            out = jnp.stack(scalars) if not emit else jnp.concatenate([jnp.stack(scalars), mu])
+            return r - coef_l * mu + next_l, out
 
-        xs = (old_next, a, g, trace_var, kl_const, born_f, mu0, var0, prior_logit, phi, w_var)
-        b, phi, w_var = lax.scan(slot, resid, xs, reverse=reverse)[1]
-        if not (update or born is not None):
+        xs = (old_next, a, g, trace_var, prior_logit)
+        if born is not None:
+            xs += (kl_const, born_f, mu0, var0)
+        out = lax.scan(slot, resid, xs, reverse=reverse)[1]
+        b = out[:, 0]
+        if fa:
+            phi, w_var = out[:, 1], out[:, 2]
+        if not emit:
             return b, mu0, var_s, phi, w_var
-        # The loop returns only scalars per slot: writing a D-vector per slot from inside it
-        # costs more on CPU than the rest of the slot's work. The residuals the slots saw follow
-        # from those scalars by a linear recursion, replayed here in parallel.
-        seen = _replay_residuals(resid, old_next - (b * phi)[:, None] * a, b * phi, g, reverse)
-        return b, a + g * seen, var_s, phi, w_var
+        return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
         """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
@@ -712,11 +697,7 @@ class RIBPFilter:
     # ------------------------------------------------------------------ read-outs
     def posterior_draws(self, rng_key, state, num_draws):
         """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
-        active = np.asarray(state.existence > 0.5)
-        mean, var = np.asarray(state.mean)[active], np.asarray(state.var)[active]
-        eps = random.normal(rng_key, (num_draws, *mean.shape), mean.dtype)
-        name = self.spec.feature_site
-        return {name: mean + np.sqrt(var) * np.asarray(eps)}, {name: ["feature", "dim"]}
+        return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws)
 
     def log_predictive(self, state, test_obs, *, rng_key=None, num_samples=1000, batch_size=256):
         """Log posterior predictive of each test row, importance-sampled over ``z``.
@@ -728,12 +709,13 @@ class RIBPFilter:
         path draws ``A ~ q(A)`` with each ``z``. ``z`` is drawn from a mean-field proposal fitted
         to the row (the filter's own coordinate ascent with the features held fixed; for the
         Gaussian kinds its rounding is then improved by greedy single and pair flips, see
-        :meth:`_proposal_mode`, and the proposal is half the refit from there and half that mode;
-        mass on unborn slots is shared out over all of them, see :meth:`_spread_over_unborn`),
-        mixed 9:1 with the prior, which keeps every ``z`` possible and the weights bounded; the
-        estimate is the log-mean-exp of the ``num_samples`` importance weights
-        ``π(z) p(o | z) / proposal(z)`` — consistent as ``num_samples`` grows, unlike the paper's
-        average log-likelihood (a Jensen lower bound).
+        :func:`~numpyro_bnp.infer._ribp_predictive.proposal_mode`, and the proposal is half the
+        refit from there and half that mode; mass on unborn slots is shared out over all of them,
+        see :func:`~numpyro_bnp.infer._ribp_predictive.spread_over_unborn`), mixed 9:1 with the
+        prior, which keeps every ``z`` possible and the weights bounded; the estimate is the
+        log-mean-exp of the ``num_samples`` importance weights ``π(z) p(o | z) / proposal(z)`` —
+        consistent as ``num_samples`` grows, unlike the paper's average log-likelihood (a Jensen
+        lower bound).
 
         :param test_obs: ``(M, D)``.
         :return: ``(M,)`` estimates of ``log p(o | data)``.
@@ -741,22 +723,7 @@ class RIBPFilter:
         self._require_init()
         obs = jnp.asarray(self.check_batch(test_obs, name="test_obs"))
         key = random.PRNGKey(0) if rng_key is None else rng_key
-        keys = random.split(key, obs.shape[0])
-        if num_samples not in self._log_predictive_fns:
-            self._log_predictive_fns[num_samples] = self._log_predictive_fn(num_samples)
-        fn = self._log_predictive_fns[num_samples]
-        out = [
-            fn(state, obs[i : i + batch_size], keys[i : i + batch_size])
-            for i in range(0, obs.shape[0], batch_size)
-        ]
-        return jnp.concatenate(out)
-
-    def _local_fit(self, state, obs):
-        """Clipped prior ``π`` and fitted ``b`` of one row ``(D,)``, features held fixed."""
-        eps = jnp.finfo(self.dtype).eps
-        prior = jnp.clip(self.prior(state), eps, 1.0 - eps)
-        fit = self._fit_generic if self.kind == "generic" else self._fit_closed_form
-        return prior, fit(state, obs, prior, _logit(prior), update_features=False)[0]
+        return _ribp_predictive.log_predictive(self, state, obs, key, num_samples, batch_size)
 
     def feature_use(self, state, obs, *, batch_size=1024):
         """``(M, K)`` probabilities ``b`` that each row of ``obs`` uses each slot.
@@ -766,138 +733,7 @@ class RIBPFilter:
         """
         self._require_init()
         obs = jnp.asarray(self.check_batch(obs, name="obs"))
-        if self._feature_use_fn is None:
-            self._feature_use_fn = jax.jit(
-                lambda st, obs: lax.map(lambda o: self._local_fit(st, o)[1], obs)
-            )
-        parts = [
-            self._feature_use_fn(state, obs[i : i + batch_size])
-            for i in range(0, obs.shape[0], batch_size)
-        ]
-        return jnp.concatenate(parts)
-
-    def _proposal_mode(self, state, obs, prior, b):
-        """Greedy single and pair flips of the rounded fit ``b`` of one row; ``(K,)`` 0/1.
-
-        Coordinate ascent from the prior falls into a poor local optimum on a few rows in a
-        hundred, e.g. when two features sum to roughly a third: it switches on the first two and
-        no single flip then helps, while the mode (the third alone) can carry e^50 times the
-        posterior mass, which a proposal centred on the wrong optimum almost never samples. Each
-        of ``POLISH_STEPS`` steps takes the better of the best single flip and the best pair flip
-        under the exact ``log π(z) + log p(o | z)`` (:meth:`_gaussian_log_marginal`), if it
-        improves. Linear-Gaussian: every single flip is scored exactly (this also catches unborn
-        slots, whose mean is the prior's but whose variance explains a large residual); the
-        pair, and for factor analysis the single, is picked by the plug-in Gaussian gain
-        (features at their means ``E[w] μ_k``, paper App. B). The polish runs from two starts,
-        the rounded fit and the empty ``z`` (a greedy forward selection, which reaches modes
-        that need three or more flips from the fit), and the better end point is returned.
-        Gaussian kinds.
-        """
-        lam = self._noise_prec
-        w_loc = 1.0 if self.kind == "linear_gaussian" else self.spec.weight_loc
-        feats = w_loc * state.mean
-        logit = _logit(prior)
-        sq_norm = jnp.sum(lam * feats * feats, axis=-1)
-        gram = (lam * feats) @ feats.T
-        eye = jnp.eye(prior.shape[0], dtype=prior.dtype)
-        off_diag = eye == 0
-
-        def score(z):
-            return z @ logit + self._gaussian_log_marginal(state, obs, z)
-
-        def step(_, carry):
-            z, best = carry
-            sign = 1.0 - 2.0 * z
-            gain = sign * logit + sign * ((lam * feats) @ (obs - z @ feats)) - 0.5 * sq_norm
-            pair = gain[:, None] + gain[None] - jnp.outer(sign, sign) * gram
-            pair = jnp.where(off_diag, pair, -jnp.inf)
-            i, j = jnp.unravel_index(jnp.argmax(pair), pair.shape)
-            both = jnp.abs(z - jnp.zeros_like(z).at[i].set(1.0).at[j].set(1.0))
-            if self.kind == "linear_gaussian":  # all single flips scored exactly: O(K² D)
-                singles = jnp.abs(z[None] - eye)
-                single_scores = jax.vmap(score)(singles)
-                k = jnp.argmax(single_scores)
-                single, single_score = singles[k], single_scores[k]
-            else:
-                single = jnp.abs(z - eye[jnp.argmax(gain)])
-                single_score = score(single)
-            both_score = score(both)
-            cand = jnp.where(single_score >= both_score, single, both)
-            new = jnp.maximum(single_score, both_score)
-            better = new > best
-            return jnp.where(better, cand, z), jnp.where(better, new, best)
-
-        starts = jnp.stack([(b > 0.5).astype(b.dtype), jnp.zeros_like(b)])
-        z, best = jax.vmap(lambda z: lax.fori_loop(0, POLISH_STEPS, step, (z, score(z))))(starts)
-        return z[jnp.argmax(best)]
-
-    def _spread_over_unborn(self, state, prior, b):
-        """Share the fit's mass on unborn slots out over all of them in proportion to ``π``.
-
-        Slots whose feature is still at the prior are exchangeable in ``p(o | z)``, so the
-        target gives "one new feature" to every one of them in proportion to its ``π_k``; the
-        fit (and the polished mode) switches on just one. A proposal centred on that one slot
-        samples the others only through the 10 % prior share, which at 2,000 samples misses
-        most of the mass (estimates ``log 10`` low on rows with a new feature). The total
-        ``Σ b_k`` over unborn slots, the expected number of new features, is kept (each
-        ``b_k ≤ 1``). ``prior``, ``b``: ``(K,)``.
-        """
-        unborn = jnp.all((state.mean == self._loc) & (state.var == self._var), axis=-1)
-        share = jnp.where(unborn, prior, 0.0)
-        total = jnp.sum(jnp.where(unborn, b, 0.0))
-        spread = jnp.minimum(
-            total * share / jnp.maximum(jnp.sum(share), jnp.finfo(b.dtype).tiny), 1.0
-        )
-        return jnp.where(unborn, spread, b)
-
-    def _log_predictive_fn(self, num_samples):
-        def one(state, o, key):
-            dt = self.dtype
-            eps = jnp.finfo(dt).eps
-            prior, b = self._local_fit(state, o)
-            if self.kind != "generic":  # see _proposal_mode
-                z_hat = self._proposal_mode(state, o, prior, b)
-                refit = self._fit_closed_form(state, o, z_hat, _logit(prior), update_features=False)
-                # coordinate ascent from z_hat can slide back to the plain fit's optimum (on 4 of
-                # 500 rows at D = 50, and always off a new feature's unborn slot): keep half the
-                # mass on the polished mode itself
-                b = 0.5 * (refit[0] + z_hat)
-            b = self._spread_over_unborn(state, prior, b)
-            proposal = jnp.clip(0.9 * b + 0.1 * prior, eps, 1.0 - eps)
-            key_z, key_a = random.split(key)
-            z = (random.uniform(key_z, (num_samples, prior.shape[0]), dt) < proposal).astype(dt)
-            log_ratio = z @ (jnp.log(prior) - jnp.log(proposal)) + (1 - z) @ (
-                jnp.log1p(-prior) - jnp.log1p(-proposal)
-            )
-            if self.kind == "generic":
-                a = state.mean + jnp.sqrt(state.var) * random.normal(
-                    key_a, (num_samples, *state.mean.shape), dt
-                )
-                ll = jax.vmap(lambda zz, aa: self.spec.row_log_likelihood(zz, aa, o))(z, a)
-            else:
-                ll = jax.vmap(lambda zz: self._gaussian_log_marginal(state, o, zz))(z)
-            return logsumexp(ll + log_ratio) - jnp.log(num_samples)
-
-        # rows one after another (lax.map): a vmapped sweep compiled for minutes
-        return jax.jit(lambda state, obs, keys: lax.map(lambda x: one(state, *x), (obs, keys)))
-
-    def _gaussian_log_marginal(self, state, o, z):
-        """``log p(o | z)`` with the features (and weights) integrated out, Gaussian models."""
-        noise = 1.0 / self._noise_prec
-        if self.kind == "linear_gaussian":
-            var = noise + z @ state.var
-            return -0.5 * jnp.sum(jnp.log(2 * jnp.pi * var) + (o - z @ state.mean) ** 2 / var)
-        # factor analysis: o = Aᵀ (z ⊙ w) + ε, cov = diag(d) + U Uᵀ, U = Mᵀ diag(z σ_w)
-        w_var, w_loc = self.spec.weight_var, self.spec.weight_loc
-        d = noise + (z * (w_loc**2 + w_var)) @ state.var
-        u = state.mean.T * (z * jnp.sqrt(w_var))  # (D, K)
-        resid = o - (z * w_loc) @ state.mean
-        cap = jnp.eye(z.shape[0], dtype=z.dtype) + (u.T / d) @ u
-        chol = jnp.linalg.cholesky(cap)
-        t = jax.scipy.linalg.solve_triangular(chol, u.T @ (resid / d), lower=True)
-        logdet = jnp.sum(jnp.log(d)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
-        quad = jnp.sum(resid**2 / d) - jnp.sum(t**2)
-        return -0.5 * (o.shape[0] * jnp.log(2 * jnp.pi) + logdet + quad)
+        return _ribp_predictive.feature_use(self, state, obs, batch_size)
 
 
 class RIBPResult(streaming.StreamingResult):
