@@ -42,7 +42,14 @@ from numpyro import handlers
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
 from numpyro_bnp.distributions import BetaProcess, CompletelyRandomMeasure, RecursiveIBP
-from numpyro_bnp.infer._model import TracedSites, normal_params, observed_site, unwrap
+from numpyro_bnp.infer._model import (
+    TracedSites,
+    linear_gaussian_noise_var,
+    normal_params,
+    observed_site,
+    sites_of,
+    unwrap,
+)
 
 __all__ = ["CRMTraitModel", "CRMTraitNumbers", "read_crm_trait_model"]
 
@@ -162,6 +169,24 @@ def _count_family(fn):
     return None
 
 
+def _observed_and_atom_sites(read, rest, num_rows, after, truncation, kind, role):
+    """The observed ``(N, D)`` site among ``rest`` (the sites after the counts' or rates', named
+    by ``after``) and the one other latent site: a ``kind`` site of shape ``(K, D)`` (``role``: the
+    traits or the topics), one row per atom."""
+    obs = observed_site(rest, num_rows, after, read.fail)
+    dim = jnp.shape(obs["value"])[1]
+    latent = [s for s in rest if s is not obs]
+    atoms = sites_of(latent, kind, (truncation, dim))
+    if len(atoms) != 1 or len(latent) != 1:
+        others = [s["name"] for s in latent if len(atoms) != 1 or s is not atoms[0]]
+        read.fail(
+            f"exactly one other latent site: a {kind.__name__} {role} site of shape "
+            f"(K={truncation}, D={dim}) (unexpected latent sites: {others}; sample continuous "
+            "hyper-parameters in another block of numpyro.infer.Gibbs)"
+        )
+    return obs, atoms[0]
+
+
 def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
     """Trace ``model`` once and locate the sites of a CRM latent trait model (module docstring).
 
@@ -192,8 +217,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
     given = set(model_kwargs.get(GIBBS_SITES_KWARG, {}))
     read = TracedSites(model, model_args, model_kwargs, engine, substitute_fn=stand_in, given=given)
     sites, fail = read.sites, read.fail
-    crms = [s for s in sites if isinstance(unwrap(s["fn"]), CompletelyRandomMeasure)]
-    ibps = [s for s in sites if isinstance(unwrap(s["fn"]), RecursiveIBP)]
+    crms, ibps = sites_of(sites, CompletelyRandomMeasure), sites_of(sites, RecursiveIBP)
     if len(crms) + len(ibps) != 1:
         fail(
             "exactly one sample site with a CompletelyRandomMeasure (BetaProcess, GammaProcess, "
@@ -224,7 +248,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
             and jnp.shape(s["value"])[1] == truncation
             and isinstance(unwrap(s["fn"]), dist.Distribution)
         ]
-        rate_sites = [s for s in per_atom if isinstance(unwrap(s["fn"]), dist.Gamma)]
+        rate_sites = sites_of(per_atom, dist.Gamma)
         if len(rate_sites) == 1:
             return _read_topic_model(model, read, crm_node, rate_sites[0])
         candidates = [s for s in per_atom if unwrap(s["fn"]).is_discrete]
@@ -260,38 +284,22 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         used = [crm_node, count]
 
     rest = [s for s in sites if all(s is not u for u in used)]
-    obs = observed_site(rest, num_rows, f"the count site {count['name']!r}", fail)
-    obs_shape = tuple(jnp.shape(obs["value"]))
-    dim = obs_shape[1]
-    latent = [s for s in rest if s is not obs]
-    traits = [
-        s
-        for s in latent
-        if isinstance(unwrap(s["fn"]), dist.Normal)
-        and tuple(jnp.shape(s["value"])) == (truncation, dim)
-    ]
-    if len(traits) != 1 or len(latent) != 1:
-        others = [s["name"] for s in latent if len(traits) != 1 or s is not traits[0]]
-        fail(
-            f"exactly one other latent site: a Normal trait site of shape (K={truncation}, "
-            f"D={dim}) (unexpected latent sites: {others}; sample continuous hyper-parameters "
-            "in another block of numpyro.infer.Gibbs)"
-        )
-    trait = traits[0]
+    after = f"the count site {count['name']!r}"
+    obs, trait = _observed_and_atom_sites(
+        read, rest, num_rows, after, truncation, dist.Normal, "trait"
+    )
+    dim = jnp.shape(obs["value"])[1]
     loc, var = normal_params(trait, (truncation, dim))
     if not (np.all(loc == loc[:1]) and np.all(var == var[:1])):
         fail(f"a trait site {trait['name']!r} whose prior is the same for every atom")
     base = unwrap(obs["fn"])
-    x = np.asarray(count["value"], np.float64)
-    psi = np.asarray(trait["value"], np.float64)
     if not isinstance(base, dist.Normal):
         fail(
             f"a Normal observed site with mean {count['name']} @ {trait['name']}; site "
             f"{obs['name']!r} is {type(base).__name__}"
         )
-    obs_loc, obs_var = normal_params(obs, obs_shape)
-    scale = np.sqrt(np.abs(x) @ np.abs(psi)) + 1.0
-    if not (np.all(np.abs(obs_loc - x @ psi) <= 1e-4 * scale) and np.all(obs_var == obs_var[:1])):
+    noise_var = linear_gaussian_noise_var(obs, count["value"], trait["value"])
+    if noise_var is None:
         fail(
             f"the observed site {obs['name']!r} to be Normal with mean {count['name']} @ "
             f"{trait['name']} and one variance per column"
@@ -319,7 +327,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         trait_var=var[0].copy(),
         obs_site=obs["name"],
         obs_value=np.asarray(obs["value"]) if obs["is_observed"] else None,
-        noise_var=obs_var[0].copy(),
+        noise_var=noise_var,
         dim=int(dim),
         site_summary=read.summary,
     )
@@ -355,22 +363,12 @@ def _read_topic_model(model, read, crm_node, rate_node):
         fail(f"a Gamma rate site {rate_site!r} with finite shapes r > 0 (positive doc lengths)")
 
     rest = [s for s in read.sites if s is not crm_node and s is not rate_node]
-    obs = observed_site(rest, num_rows, f"the Gamma rate site {rate_site!r}", fail)
+    after = f"the Gamma rate site {rate_site!r}"
+    obs, topic = _observed_and_atom_sites(
+        read, rest, num_rows, after, truncation, dist.Dirichlet, "topic"
+    )
     obs_shape = tuple(jnp.shape(obs["value"]))
     vocab = obs_shape[1]
-    latent = [s for s in rest if s is not obs]
-    topics = [
-        s
-        for s in latent
-        if isinstance(unwrap(s["fn"]), dist.Dirichlet)
-        and tuple(jnp.shape(s["value"])) == (truncation, vocab)
-    ]
-    if len(topics) != 1 or len(latent) != 1:
-        fail(
-            f"exactly one other latent site: a Dirichlet topic site of shape (K={truncation}, "
-            f"V={vocab}) (other latent sites: {[s['name'] for s in latent]})"
-        )
-    topic = topics[0]
     beta = np.broadcast_to(
         np.asarray(unwrap(topic["fn"]).concentration, np.float64), (truncation, vocab)
     )

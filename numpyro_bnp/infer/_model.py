@@ -55,10 +55,12 @@ __all__ = [
     "RestrictedFeatureModel",
     "RestrictedNumbers",
     "TracedSites",
+    "linear_gaussian_noise_var",
     "normal_params",
     "observed_site",
     "read_feature_model",
     "read_restricted_feature_model",
+    "sites_of",
     "unwrap",
 ]
 
@@ -68,6 +70,17 @@ def unwrap(fn):
     while isinstance(fn, dist.Independent | dist.ExpandedDistribution):
         fn = fn.base_dist
     return fn
+
+
+def sites_of(sites, kind, shape=None):
+    """The sites among ``sites`` whose (unwrapped) distribution is a ``kind`` and, if ``shape`` is
+    given, whose value has that shape."""
+    return [
+        s
+        for s in sites
+        if isinstance(unwrap(s["fn"]), kind)
+        and (shape is None or tuple(jnp.shape(s["value"])) == shape)
+    ]
 
 
 def _describe(site):
@@ -115,6 +128,15 @@ class TracedSites:
         """Raise ``ValueError``: the engine cannot take the model because of ``problem``."""
         raise ValueError(f"{self.engine}: {problem}; the model has: {self.found}")
 
+    def the_one(self, kind):
+        """The one sample site whose distribution is a ``kind`` (fails unless there is one)."""
+        found = sites_of(self.sites, kind)
+        if len(found) != 1:
+            self.fail(
+                f"exactly one sample site with a {kind.__name__} distribution, found {len(found)}"
+            )
+        return found[0]
+
 
 def normal_params(site, shape):
     """Mean and variance of a (wrapped) ``Normal`` site, broadcast to ``shape``, as float64."""
@@ -142,18 +164,13 @@ def observed_site(rest, num_rows, after, fail):
 
 def _feature_site(latent, max_features, dim, fail):
     """The one ``Normal`` latent site of shape ``(K, D)`` among ``latent``."""
-    features = [
-        s
-        for s in latent
-        if isinstance(unwrap(s["fn"]), dist.Normal)
-        and tuple(jnp.shape(s["value"])) == (max_features, dim)
-    ]
+    features = sites_of(latent, dist.Normal, (max_features, dim))
     if len(features) != 1:
         fail(f"exactly one Normal feature site of shape (K={max_features}, D={dim})")
     return features[0]
 
 
-def _linear_gaussian_noise_var(obs, z, a):
+def linear_gaussian_noise_var(obs, z, a):
     """``(D,)`` noise variance if ``obs`` is ``Normal`` with mean ``z @ a`` (checked numerically at
     the traced values) and one variance per column, else ``None``."""
     if not isinstance(unwrap(obs["fn"]), dist.Normal):
@@ -241,10 +258,7 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     model_kwargs = dict(model_kwargs or {})
     read = TracedSites(model, model_args, model_kwargs, engine)
     sites, fail = read.sites, read.fail
-    ibp = [s for s in sites if isinstance(unwrap(s["fn"]), RecursiveIBP)]
-    if len(ibp) != 1:
-        fail(f"exactly one sample site with a RecursiveIBP distribution, found {len(ibp)}")
-    ibp = ibp[0]
+    ibp = read.the_one(RecursiveIBP)
     fn = unwrap(ibp["fn"])
     if fn.batch_shape != ():
         fail(f"a RecursiveIBP site with scalar alpha and beta (got batch shape {fn.batch_shape})")
@@ -258,13 +272,9 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     latent = [s for s in rest if s is not obs]
     features = _feature_site(latent, max_features, dim, fail)
     weights = [
-        s
-        for s in latent
-        if s is not features
-        and isinstance(unwrap(s["fn"]), dist.Normal)
-        and tuple(jnp.shape(s["value"])) == (num_rows, max_features)
+        s for s in sites_of(latent, dist.Normal, (num_rows, max_features)) if s is not features
     ]
-    others = [s["name"] for s in latent if s is not features and s not in weights]
+    others = [s["name"] for s in latent if s is not features and all(s is not w for w in weights)]
     if others or len(weights) > 1:
         fail(
             "only the IBP, feature, optional (N, K) Normal weight and observed sites "
@@ -305,7 +315,7 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     z = np.asarray(ibp["value"], np.float64)
     if weights is not None:
         z = z * np.asarray(weights["value"], np.float64)
-    noise_var = _linear_gaussian_noise_var(obs, z, features["value"])
+    noise_var = linear_gaussian_noise_var(obs, z, features["value"])
     likelihood = "generic"
     if noise_var is not None:
         likelihood = "linear_gaussian" if weights is None else "factor_analysis"
@@ -433,13 +443,7 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
 
     read = TracedSites(model, model_args, dict(model_kwargs or {}), engine, substitute_fn=stand_in)
     sites, fail = read.sites, read.fail
-    rows = [s for s in sites if isinstance(unwrap(s["fn"]), RestrictedBernoulliProcess)]
-    if len(rows) != 1:
-        fail(
-            "exactly one sample site with a RestrictedBernoulliProcess distribution, "
-            f"found {len(rows)}"
-        )
-    rows = rows[0]
+    rows = read.the_one(RestrictedBernoulliProcess)
     shape = tuple(jnp.shape(rows["value"]))
     if len(shape) != 2:
         fail(f"a RestrictedBernoulliProcess site {rows['name']!r} of shape (N, K), got {shape}")
@@ -451,13 +455,7 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
             f"({num_rows},)), got batch shape {rows_fn.batch_shape}"
         )
 
-    weights = [
-        s
-        for s in sites
-        if isinstance(unwrap(s["fn"]), dist.Beta)
-        and tuple(jnp.shape(s["value"])) == (max_features,)
-        and not s["is_observed"]
-    ]
+    weights = [s for s in sites_of(sites, dist.Beta, (max_features,)) if not s["is_observed"]]
     if len(weights) != 1:
         fail(f"exactly one Beta weight site of shape (K={max_features},), found {len(weights)}")
     weights = weights[0]
@@ -486,7 +484,7 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
     loc, var = normal_params(features, (max_features, dim))
     if not (np.all(loc == 0.0) and np.all(var == var.flat[0])):
         fail(f"a feature site {features['name']!r} with prior mean 0 and one variance")
-    noise_var = _linear_gaussian_noise_var(obs, rows["value"], features["value"])
+    noise_var = linear_gaussian_noise_var(obs, rows["value"], features["value"])
     if noise_var is None or not np.all(noise_var == noise_var[0]):
         fail(
             f"a linear-Gaussian observed site {obs['name']!r}: Normal with mean "
