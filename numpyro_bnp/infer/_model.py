@@ -34,8 +34,9 @@ Restricted-IBP feature models (:func:`read_restricted_feature_model`) need
 Latent trait models with a completely random measure prior are read by
 :func:`numpyro_bnp.infer._crm_model.read_crm_trait_model` with the helpers of this module.
 
-Every reader starts from :class:`TracedSites`: one trace of the model, its sample sites, and the
-one form of error (the engine, what it expected, the sites found).
+Every reader starts from :class:`TracedSites`: one trace of the model, its sample sites, and its
+errors, each naming the engine, what it expected (or why the model does not fit) and the sites
+found.
 """
 
 from dataclasses import dataclass, field
