@@ -60,7 +60,7 @@ from numpyro_bnp.distributions.crm import REPRESENTATIONS
 from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._crm_atoms import AtomSeries
-from numpyro_bnp.infer._model import read_crm_trait_model
+from numpyro_bnp.infer._crm_model import read_crm_trait_model
 
 __all__ = ["CRMSlice", "CRMSliceState"]
 
@@ -127,7 +127,7 @@ class CRMSlice(MCMCKernel):
     :param model: a NumPyro model with a CRM site and a count site (Bernoulli or
         negative-binomial counts of a ``BetaProcess``, Poisson counts of any CRM), or a
         ``RecursiveIBP`` site; a Normal trait site ``(K, D)``; a Normal observed site with mean
-        ``X @ ψ`` (see :func:`~numpyro_bnp.infer._model.read_crm_trait_model`), e.g.
+        ``X @ ψ`` (see :func:`~numpyro_bnp.infer._crm_model.read_crm_trait_model`), e.g.
         :func:`numpyro_bnp.models.linear_gaussian` or
         :func:`numpyro_bnp.models.beta_bernoulli_linear_gaussian`; or the beta–negative-binomial
         topic model :func:`numpyro_bnp.models.bnb_combinatorial_clustering`. Traced without data

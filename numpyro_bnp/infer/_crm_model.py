@@ -1,0 +1,415 @@
+"""Read a CRM latent trait model: the sites a CRM engine needs.
+
+Part of the model contract of :mod:`numpyro_bnp.infer._model`: sites are found by distribution
+type through :class:`~numpyro_bnp.infer._model.TracedSites`, never by name. Latent trait models
+with a completely random measure prior (:func:`read_crm_trait_model`, the model of Zhu,
+Bouchard-Côté & Campbell 2020, Eq. 11) need
+
+* a **CRM site** whose distribution is a
+  :class:`~numpyro_bnp.distributions.CompletelyRandomMeasure` (the rates ``θ``, ``(K,)``) and a
+  **count site** ``(N, K)`` whose distribution is ``Bernoulli(θ)`` / ``NegativeBinomialProbs(r,
+  θ)`` (beta process) or ``Poisson(θ)`` (any CRM) with the CRM's atoms as parameter (checked
+  numerically on the trace); or one ``RecursiveIBP`` site, read as Bernoulli counts of its beta
+  process (``RecursiveIBP.as_beta_process``);
+* a Normal **trait site** ``(K, D)`` with the same prior for every atom;
+* the observed site, Normal with mean ``X @ ψ`` and one variance per column; traced without data
+  (``obs=None``) the model is read as prior-only (no likelihood).
+
+The beta–negative-binomial topic model (Zhu et al. 2020, §4.2;
+:func:`numpyro_bnp.models.bnb_combinatorial_clustering`) is read as such a model with latent
+counts: instead of a count site it has
+
+* a **rate site** ``(N, K)``: ``Gamma(r_n, scale θ_k/(1-θ_k))`` with one shape ``r_n`` per row
+  and a ``BetaProcess`` CRM site (checked numerically on the trace), so that the Poisson counts of
+  a rate are ``NegativeBinomialProbs(r_n, θ_k)``;
+* a **topic site** ``(K, V)``: ``Dirichlet(β)`` with the same ``β`` for every atom;
+* the observed site ``(N, V)``: ``Poisson`` word counts with mean ``rates @ topics``.
+
+As a block of :class:`numpyro.infer.Gibbs` the model is conditioned on the sites of the other
+blocks (``model_kwargs["_gibbs_sites"]``): those sites are set aside, the trait prior and the
+noise may depend on them (:meth:`CRMTraitModel.numbers` reads them at any values), the
+CRM and the count law may not.
+"""
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG
+
+from numpyro_bnp.distributions import BetaProcess, CompletelyRandomMeasure, RecursiveIBP
+from numpyro_bnp.infer._model import (
+    TracedSites,
+    linear_gaussian_noise_var,
+    normal_params,
+    observed_site,
+    sites_of,
+    unwrap,
+)
+
+__all__ = ["CRMTraitModel", "CRMTraitNumbers", "read_crm_trait_model"]
+
+
+class CRMTraitNumbers(NamedTuple):
+    """The data and Gaussian parameters of a CRM latent trait model at given site values.
+
+    :ivar obs: ``(N, D)`` observations, or ``None`` (prior-only).
+    :ivar noise_var: ``(D,)`` observation noise variance.
+    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry.
+    """
+
+    obs: jnp.ndarray | None
+    noise_var: jnp.ndarray
+    trait_loc: jnp.ndarray
+    trait_var: jnp.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class CRMTraitModel:
+    """What :class:`~numpyro_bnp.infer.CRMSlice` needs to know about a CRM latent trait model.
+
+    :ivar crm: the CRM distribution (scalar parameters) whose atoms are the count rates ``θ``.
+    :ivar crm_site: name of the CRM site, or ``None`` for a ``RecursiveIBP`` model.
+    :ivar count_site: name of the ``(N, K)`` count site (the ``RecursiveIBP`` site for IBP models;
+        ``None`` for the topic model, whose counts are latent).
+    :ivar likelihood: ``"bernoulli"``, ``"poisson"`` or ``"negative_binomial"`` (counts given θ).
+    :ivar total_count: ``(N,)`` negative-binomial ``r_n`` (``None`` otherwise).
+    :ivar observation: ``"linear_gaussian"`` (Normal with mean ``X @ ψ``) or ``"topics"``
+        (Poisson word counts with mean ``rates @ topics``).
+    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry (Normal
+        traits; ``None`` for topics).
+    :ivar obs_value: ``(N, D)`` observations, or ``None`` when traced without data (prior-only).
+    :ivar noise_var: ``(D,)`` observation noise variance (``None`` for topics).
+    :ivar rate_site: the ``(N, K)`` Gamma rate site of the topic model.
+    :ivar topic_concentration: ``(V,)`` Dirichlet ``β`` of every topic.
+    """
+
+    model: object
+    crm: CompletelyRandomMeasure
+    crm_site: str | None
+    count_site: str | None
+    likelihood: str
+    total_count: np.ndarray | None
+    num_rows: int
+    truncation: int
+    trait_site: str
+    trait_loc: np.ndarray | None
+    trait_var: np.ndarray | None
+    obs_site: str
+    obs_value: np.ndarray | None
+    noise_var: np.ndarray | None
+    dim: int
+    observation: str = "linear_gaussian"
+    rate_site: str | None = None
+    topic_concentration: np.ndarray | None = None
+    site_summary: tuple = field(default=())
+
+    def numbers(self, values, model_args=(), model_kwargs=None):
+        """The data and Gaussian parameters of the model with its CRM, count and trait sites set
+        to ``values``: a :class:`CRMTraitNumbers`.
+
+        Pure and traceable, so an engine reads them inside its compiled step; as a block of
+        :class:`numpyro.infer.Gibbs` they follow the values of the other blocks' sites, which
+        arrive conditioned through ``model_kwargs``.
+        """
+        model = handlers.substitute(handlers.seed(self.model, rng_seed=0), data=values)
+        tr = handlers.trace(model).get_trace(*model_args, **(model_kwargs or {}))
+        k = jnp.shape(values[self.trait_site])[0]
+        trait = unwrap(tr[self.trait_site]["fn"])
+        noise = unwrap(tr[self.obs_site]["fn"])
+
+        def row(x, shape):  # the (D,) parameters of the first row (all rows agree, read_...)
+            return jnp.broadcast_to(x, shape)[0]
+
+        obs = tr[self.obs_site]
+        return CRMTraitNumbers(
+            obs=jnp.asarray(obs["value"]) if obs["is_observed"] else None,
+            noise_var=row(noise.scale, (self.num_rows, self.dim)) ** 2,
+            trait_loc=row(trait.loc, (k, self.dim)),
+            trait_var=row(trait.scale, (k, self.dim)) ** 2,
+        )
+
+
+def _depends_on_conditioning(model, model_args, model_kwargs, names):
+    """Names among ``names`` whose distribution depends on the values conditioned by a
+    :class:`numpyro.infer.Gibbs` composite (``model_kwargs[GIBBS_SITES_KWARG]``).
+
+    The conditioned values enter as tracers of ``jax.eval_shape`` while everything else is
+    evaluated eagerly (``ensure_compile_time_eval``): a parameter that is a tracer depends on them.
+    """
+    conditioned = model_kwargs[GIBBS_SITES_KWARG]
+    found = []
+
+    def probe(values):
+        kwargs = {**model_kwargs, GIBBS_SITES_KWARG: values}
+        with jax.ensure_compile_time_eval():
+            tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **kwargs)
+        for name in names:
+            leaves = jax.tree.leaves(unwrap(tr[name]["fn"]))
+            if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+                found.append(name)
+        return jnp.zeros(())
+
+    jax.eval_shape(probe, conditioned)
+    return found
+
+
+def _count_family(fn):
+    """``(likelihood, rate parameter, total_count)`` of a count distribution, or ``None``."""
+    if isinstance(fn, dist.BernoulliProbs):
+        return "bernoulli", fn.probs, None
+    if isinstance(fn, dist.NegativeBinomialProbs):
+        return "negative_binomial", fn.probs, fn.total_count
+    if type(fn) is dist.Poisson:
+        return "poisson", fn.rate, None
+    return None
+
+
+def _observed_and_atom_sites(read, rest, num_rows, after, truncation, kind, role):
+    """The observed ``(N, D)`` site among ``rest`` (the sites after the counts' or rates', named
+    by ``after``) and the one other latent site: a ``kind`` site of shape ``(K, D)`` (``role``: the
+    traits or the topics), one row per atom."""
+    obs = observed_site(rest, num_rows, after, read.fail)
+    dim = jnp.shape(obs["value"])[1]
+    latent = [s for s in rest if s is not obs]
+    atoms = sites_of(latent, kind, (truncation, dim))
+    if len(atoms) != 1 or len(latent) != 1:
+        others = [s["name"] for s in latent if len(atoms) != 1 or s is not atoms[0]]
+        read.fail(
+            f"exactly one other latent site: a {kind.__name__} {role} site of shape "
+            f"(K={truncation}, D={dim}) (unexpected latent sites: {others}; sample continuous "
+            "hyper-parameters in another block of numpyro.infer.Gibbs)"
+        )
+    return obs, atoms[0]
+
+
+def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
+    """Trace ``model`` once and locate the sites of a CRM latent trait model (module docstring).
+
+    :return: a :class:`CRMTraitModel`.
+    :raises ValueError: naming the site that does not fit and listing the sites found.
+    """
+    model_kwargs = dict(model_kwargs or {})
+    noise = np.random.default_rng(0)
+    dtype = jnp.result_type(float)
+
+    def stand_in(site):
+        # Fixed values in the support instead of (slow, eager) draws of the atoms, topics and
+        # rates: the checks below need shapes and some values, any values in the support serve.
+        base = unwrap(site["fn"])
+        if site["value"] is not None:
+            return None
+        shape = site["fn"].shape()
+        if isinstance(base, CompletelyRandomMeasure):
+            return jnp.asarray(-np.sort(-noise.uniform(0.05, 0.95, shape)), dtype)
+        if isinstance(base, dist.Gamma):
+            return jnp.asarray(noise.uniform(0.5, 1.5, shape), dtype)
+        if isinstance(base, dist.Dirichlet):
+            value = noise.uniform(0.5, 1.5, shape)
+            return jnp.asarray(value / value.sum(-1, keepdims=True), dtype)
+        return None
+
+    # sites of the other blocks of a Gibbs composite arrive conditioned: they are parameters here
+    given = set(model_kwargs.get(GIBBS_SITES_KWARG, {}))
+    read = TracedSites(model, model_args, model_kwargs, engine, substitute_fn=stand_in, given=given)
+    sites, fail = read.sites, read.fail
+    crms, ibps = sites_of(sites, CompletelyRandomMeasure), sites_of(sites, RecursiveIBP)
+    if len(crms) + len(ibps) != 1:
+        fail(
+            "exactly one sample site with a CompletelyRandomMeasure (BetaProcess, GammaProcess, "
+            f"...) or RecursiveIBP distribution, found {len(crms) + len(ibps)}"
+        )
+    total_count = None
+    if ibps:
+        count = ibps[0]
+        fn = unwrap(count["fn"])
+        if fn.batch_shape != ():
+            fail(f"a RecursiveIBP site with scalar alpha and beta (got {fn.batch_shape})")
+        crm, crm_site, likelihood = fn.as_beta_process(), None, "bernoulli"
+        num_rows, truncation = fn.num_rows, fn.max_features
+        used = [count]
+    else:
+        crm_node = crms[0]
+        crm = unwrap(crm_node["fn"])
+        if crm.batch_shape != ():
+            fail(f"a CRM site {crm_node['name']!r} with scalar parameters (got {crm.batch_shape})")
+        crm_site, truncation = crm_node["name"], crm.truncation
+        theta = np.asarray(crm_node["value"], np.float64)
+        per_atom = [
+            s
+            for s in sites
+            if s is not crm_node
+            and not s["is_observed"]
+            and jnp.ndim(s["value"]) == 2
+            and jnp.shape(s["value"])[1] == truncation
+            and isinstance(unwrap(s["fn"]), dist.Distribution)
+        ]
+        rate_sites = sites_of(per_atom, dist.Gamma)
+        if len(rate_sites) == 1:
+            return _read_topic_model(model, read, crm_node, rate_sites[0])
+        candidates = [s for s in per_atom if unwrap(s["fn"]).is_discrete]
+        if len(candidates) != 1:
+            fail(
+                f"exactly one discrete (N, K={truncation}) count site driven by the atoms of "
+                f"{crm_site!r}, found {len(candidates)}"
+            )
+        count = candidates[0]
+        num_rows = jnp.shape(count["value"])[0]
+        family = _count_family(unwrap(count["fn"]))
+        if family is None:
+            read.reject(
+                f"the count likelihood of site {count['name']!r} "
+                f"({type(unwrap(count['fn'])).__name__}) is not supported; supported: "
+                "Bernoulli(θ) and NegativeBinomialProbs(r, θ) with a BetaProcess, Poisson(θ) with "
+                "any CRM"
+            )
+        likelihood, param, r = family
+        if likelihood != "poisson" and not isinstance(crm, BetaProcess):
+            read.reject(
+                f"the count site {count['name']!r} is {likelihood} and needs rates in [0, 1]: a "
+                f"BetaProcess prior, but {crm_site!r} is {type(crm).__name__}"
+            )
+        shape = (num_rows, truncation)
+        if not np.allclose(np.broadcast_to(np.asarray(param, np.float64), shape), theta[None]):
+            fail(f"the count site {count['name']!r} with the atoms of {crm_site!r} as its rates")
+        if r is not None:
+            r = np.broadcast_to(np.asarray(r, np.float64), shape)
+            if not np.all(r == r[:, :1]):
+                fail(f"a negative-binomial total_count of {count['name']!r} that is one per row")
+            total_count = r[:, 0].copy()
+        used = [crm_node, count]
+
+    rest = [s for s in sites if all(s is not u for u in used)]
+    after = f"the count site {count['name']!r}"
+    obs, trait = _observed_and_atom_sites(
+        read, rest, num_rows, after, truncation, dist.Normal, "trait"
+    )
+    dim = jnp.shape(obs["value"])[1]
+    loc, var = normal_params(trait, (truncation, dim))
+    if not (np.all(loc == loc[:1]) and np.all(var == var[:1])):
+        fail(f"a trait site {trait['name']!r} whose prior is the same for every atom")
+    base = unwrap(obs["fn"])
+    if not isinstance(base, dist.Normal):
+        fail(
+            f"a Normal observed site with mean {count['name']} @ {trait['name']}; site "
+            f"{obs['name']!r} is {type(base).__name__}"
+        )
+    noise_var = linear_gaussian_noise_var(obs, count["value"], trait["value"])
+    if noise_var is None:
+        fail(
+            f"the observed site {obs['name']!r} to be Normal with mean {count['name']} @ "
+            f"{trait['name']} and one variance per column"
+        )
+    if given:
+        names = [u["name"] for u in used]
+        moving = _depends_on_conditioning(model, model_args, model_kwargs, names)
+        if moving:
+            read.reject(
+                f"the distributions of {moving} depend on sites of other Gibbs blocks "
+                f"({sorted(given)}); only the trait prior and the observation noise may (the CRM "
+                "and the count law must be fixed)"
+            )
+    return CRMTraitModel(
+        model=model,
+        crm=crm,
+        crm_site=crm_site,
+        count_site=count["name"],
+        likelihood=likelihood,
+        total_count=total_count,
+        num_rows=int(num_rows),
+        truncation=int(truncation),
+        trait_site=trait["name"],
+        trait_loc=loc[0].copy(),
+        trait_var=var[0].copy(),
+        obs_site=obs["name"],
+        obs_value=np.asarray(obs["value"]) if obs["is_observed"] else None,
+        noise_var=noise_var,
+        dim=int(dim),
+        site_summary=read.summary,
+    )
+
+
+def _read_topic_model(model, read, crm_node, rate_node):
+    """The sites of the beta–negative-binomial topic model (module docstring) among the
+    :class:`~numpyro_bnp.infer._model.TracedSites` ``read``: ``θ`` at ``crm_node``, gamma rates at
+    ``rate_node``, Dirichlet topics, Poisson word counts."""
+    fail = read.fail
+    crm, crm_site, rate_site = unwrap(crm_node["fn"]), crm_node["name"], rate_node["name"]
+    if not isinstance(crm, BetaProcess):
+        read.reject(
+            f"the rate site {rate_site!r} is Gamma with scale θ/(1-θ) and needs atoms in [0, 1]: "
+            f"a BetaProcess prior, but {crm_site!r} is {type(crm).__name__}"
+        )
+    truncation = crm.truncation
+    num_rows = int(jnp.shape(rate_node["value"])[0])
+    shape = (num_rows, truncation)
+    fn = unwrap(rate_node["fn"])
+    theta = np.asarray(crm_node["value"], np.float64)
+    rate = np.broadcast_to(np.asarray(fn.rate, np.float64), shape)
+    # scale θ/(1-θ) <=> rate (1-θ)/θ <=> θ = 1/(1 + rate) (also at θ = 0, rate = inf)
+    if not np.allclose(1.0 / (1.0 + rate), theta[None], rtol=1e-6, atol=1e-12):
+        fail(
+            f"the Gamma rate site {rate_site!r} with scale θ/(1-θ) for the atoms θ of "
+            f"{crm_site!r} (so that its Poisson counts are NegativeBinomialProbs(r, θ))"
+        )
+    r = np.broadcast_to(np.asarray(fn.concentration, np.float64), shape)
+    if not np.all(r == r[:, :1]):
+        fail(f"a Gamma rate site {rate_site!r} whose shape r is one per row")
+    if not np.all(np.isfinite(r) & (r > 0)):
+        fail(f"a Gamma rate site {rate_site!r} with finite shapes r > 0 (positive doc lengths)")
+
+    rest = [s for s in read.sites if s is not crm_node and s is not rate_node]
+    after = f"the Gamma rate site {rate_site!r}"
+    obs, topic = _observed_and_atom_sites(
+        read, rest, num_rows, after, truncation, dist.Dirichlet, "topic"
+    )
+    obs_shape = tuple(jnp.shape(obs["value"]))
+    vocab = obs_shape[1]
+    beta = np.broadcast_to(
+        np.asarray(unwrap(topic["fn"]).concentration, np.float64), (truncation, vocab)
+    )
+    if not np.all(beta == beta[:1]):
+        fail(f"a topic site {topic['name']!r} whose Dirichlet prior is the same for every atom")
+    base = unwrap(obs["fn"])
+    if type(base) is not dist.Poisson:
+        fail(
+            f"Poisson word counts with mean {rate_site} @ {topic['name']}; site {obs['name']!r} "
+            f"is {type(base).__name__}"
+        )
+    mean = np.asarray(rate_node["value"], np.float64) @ np.asarray(topic["value"], np.float64)
+    obs_rate = np.broadcast_to(np.asarray(base.rate, np.float64), obs_shape)
+    if not np.allclose(obs_rate, mean, rtol=1e-5, atol=1e-8):
+        fail(f"the Poisson site {obs['name']!r} with mean {rate_site} @ {topic['name']}")
+    value = None
+    if obs["is_observed"]:
+        value = np.asarray(obs["value"])
+        if not (
+            np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
+        ):
+            read.reject(f"the word counts at site {obs['name']!r} must be non-negative integers")
+        value = value.astype(np.int64)
+    return CRMTraitModel(
+        model=model,
+        crm=crm,
+        crm_site=crm_site,
+        count_site=None,
+        likelihood="negative_binomial",
+        total_count=r[:, 0].copy(),
+        num_rows=num_rows,
+        truncation=int(truncation),
+        trait_site=topic["name"],
+        trait_loc=None,
+        trait_var=None,
+        obs_site=obs["name"],
+        obs_value=value,
+        noise_var=None,
+        dim=int(vocab),
+        observation="topics",
+        rate_site=rate_site,
+        topic_concentration=beta[0].copy(),
+        site_summary=read.summary,
+    )
