@@ -13,6 +13,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from jax import lax, random
+from mc_checks import check_mean
 from numpyro.infer import MCMC
 
 from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
@@ -29,15 +30,6 @@ from numpyro_bnp.models import (
 
 def harmonic(n):
     return float(np.sum(1.0 / np.arange(1, n + 1)))
-
-
-def check_mean(draws, truth):
-    """``draws`` (chain, draw): |mean - truth| < 4 MCSE, the MCSE from ArviZ's ESS."""
-    draws = np.asarray(draws, np.float64)
-    ess = float(arviz().ess(draws))
-    se = draws.std() / np.sqrt(ess)
-    assert ess > 100, ess
-    assert abs(draws.mean() - truth) < 4 * se, (draws.mean(), truth, se, ess)
 
 
 def run(kernel, num_samples, num_chains=4, seed=0, num_warmup=100, **model_kwargs):

@@ -13,6 +13,7 @@ import numpyro.distributions as dist
 import pytest
 from jax import lax, random
 from jax.scipy.special import digamma
+from mc_checks import check_mean
 from numpyro.infer import MCMC
 
 from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
@@ -39,15 +40,6 @@ ACTIVE = expected_active(R.sum())
 PAIRS = sum(expected_active(r) for r in R)
 # E[Σ_v ψ_kv²] under Dir(β 1_V); the topics are independent of the counts a priori
 PURITY = (BETA + 1.0) / (VOCAB * BETA + 1.0)
-
-
-def check_mean(draws, truth):
-    """``draws`` (chain, draw) of one ergodic chain family: |mean - truth| < 4 MCSE (ArviZ ESS)."""
-    draws = np.asarray(draws, np.float64)
-    ess = float(arviz().ess(draws))
-    se = draws.std() / np.sqrt(ess)
-    assert ess > 100, ess
-    assert abs(draws.mean() - truth) < 4 * se, (draws.mean(), truth, se, ess)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from jax import lax, random
+from mc_checks import check_mean
 from numpyro.infer import MCMC, NUTS, Gibbs
 
 from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
@@ -23,15 +24,6 @@ from numpyro_bnp.infer import CRMSlice
 from numpyro_bnp.models import beta_bernoulli_linear_gaussian, gamma_poisson_linear_gaussian
 
 CRM_SITES = ["theta", "X", "psi"]
-
-
-def check_mean(draws, truth):
-    """``draws`` (chain, draw): |mean - truth| < 4 MCSE, the MCSE from ArviZ's ESS."""
-    draws = np.asarray(draws, np.float64)
-    ess = float(arviz().ess(draws))
-    se = draws.std() / np.sqrt(ess)
-    assert ess > 100, ess
-    assert abs(draws.mean() - truth) < 4 * se, (draws.mean(), truth, se, ess)
 
 
 def hyper_model(obs=None, *, num_obs=3, dim=1):
