@@ -82,7 +82,9 @@ def poisson_interval_probs(rate_lo, rate_hi, num_events):
     delta = hi - lo
     extra = int(10 * np.sqrt(num_events)) + 30  # terms of the upper sums beyond num_events
     j = jnp.arange(num_events + extra, dtype=dtype)
-    positive = lo > 0
+    # rate_lo so small that p_j(lo) <= eps p_j(hi) for every j >= 1 ((lo/hi)^j e^δ <= eps) counts
+    # as 0: its pmf ratios would overflow (δ / lo = inf) and the rate-0 formulas are exact to eps
+    positive = lo > hi * jnp.finfo(dtype).eps * jnp.exp(-delta)
     safe_lo = jnp.where(positive, lo, 1.0)
     log_pmf_lo = xlogy(j, safe_lo) - safe_lo - gammaln(j + 1.0)
     log_ratio = j * jnp.log1p(delta / safe_lo) - delta  # log p_j(hi) - log p_j(lo)
