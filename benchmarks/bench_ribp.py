@@ -4,6 +4,10 @@
     python benchmarks/bench_ribp.py --quick    # smaller N, fewer MCMC samples
     python benchmarks/bench_ribp.py --quality  # only the held-out NLL table (section 3)
     python benchmarks/bench_ribp.py --proposal # only the log_predictive bias check (section 4)
+    python benchmarks/bench_ribp.py --throughput --xla-default  # section 1, XLA's default loops
+
+The run calls :func:`numpyro_bnp.enable_cpu_loop_kernels` first (each CPU loop compiled into one
+kernel) unless ``--xla-default`` is given.
 
 Data: Z ~ IBP(α = 10, β = 1), A_k ~ N(0, I_50), o_n = z_n A + N(0, 0.5² I). Prints
 
@@ -30,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
 
+from numpyro_bnp import enable_cpu_loop_kernels
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.models import linear_gaussian
@@ -112,6 +117,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--quality", action="store_true", help="run only section 3 (held-out NLL)")
+    parser.add_argument("--throughput", action="store_true", help="run only section 1")
     parser.add_argument(
         "--hmc-iters", type=int, help="warm-up (= sampling) iterations of the MCMC reference"
     )
@@ -127,7 +133,13 @@ def main():
         help=f"training sizes of section 3 (default {QUALITY_SIZES})",
     )
     parser.add_argument("--no-hmc", action="store_true", help="skip the MCMC reference")
+    parser.add_argument(
+        "--xla-default",
+        action="store_true",
+        help="keep XLA's default CPU loop compilation (no enable_cpu_loop_kernels)",
+    )
     args = parser.parse_args()
+    loop_kernels = not args.xla_default and enable_cpu_loop_kernels()
     if args.proposal:
         return proposal_bias(sizes=QUALITY_SIZES[:1] if args.quick else QUALITY_SIZES)
     options = dict(
@@ -136,7 +148,10 @@ def main():
     if args.quality:
         return quality(**options)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    print(f"backend {jax.default_backend()}, {jax.device_count()} device(s), float32, D={DIM}")
+    print(
+        f"backend {jax.default_backend()}, {jax.device_count()} device(s), float32, D={DIM}, "
+        f"CPU loop kernels {'on' if loop_kernels else 'off (XLA default)'}"
+    )
     z_all, _, obs_all = synthetic(max(sizes) + 300)
 
     print("\n== 1. throughput (fixed slots, chunks of 512, float32, D=50)")
@@ -145,6 +160,8 @@ def main():
         rate, compile_s = throughput(obs_all[:20_480], capacity)
         ref = numpy_reference(obs_all[:200].astype(np.float64), capacity)
         print(f"{capacity:>6} {rate:>10,.0f} {compile_s:>10.2f} {ref:>12,.0f} {rate / ref:>8.0f}x")
+    if args.throughput:
+        return None
 
     print("\n== 2. time and memory vs N (capacity grows from 16 slots, chunks of 512)")
     print(

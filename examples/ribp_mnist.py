@@ -28,6 +28,7 @@ import time
 import numpy as np
 from jax import random
 
+from numpyro_bnp import enable_cpu_loop_kernels
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.models import linear_gaussian
@@ -222,4 +223,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    enable_cpu_loop_kernels()  # before JAX starts: loops compiled into single CPU kernels
     sys.exit(main())

@@ -31,4 +31,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from numpyro_bnp.xla_cpu import enable_cpu_loop_kernels
+
+    enable_cpu_loop_kernels()  # before JAX starts: loops compiled into single CPU kernels
     sys.exit(main())

@@ -264,6 +264,40 @@ def test_log_predictive_importance_sampler_is_unbiased_against_enumeration(small
     assert np.all(np.abs(big - exact) < 5 * np.sqrt(ratio.var(0, ddof=1) / 100))
 
 
+# ---------------------------------------------------------------------------- retiring holes
+@pytest.mark.parametrize(
+    "existence",
+    [
+        [0.9, 0.0, 0.8, 0.0, 0.0, 0.7, 0.2, 0.0],  # holes between live slots
+        [0.0, 0.0, 0.6, 0.9, 0.0, 0.0, 0.0, 0.0],  # holes first
+        [0.9, 0.8, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0],  # none: the reserve is not a hole
+    ],
+)
+def test_holes_move_behind_the_live_slots_in_order(existence):
+    filt = RIBPFilter(linear_gaussian, max_features=8)
+    empty = filt.init(random.PRNGKey(0), num_obs=1, dim=3)
+    existence = np.array(existence)
+    rng = np.random.default_rng(0)
+    state = empty._replace(
+        mean=jnp.asarray(rng.normal(size=(8, 3))),
+        var=jnp.asarray(rng.random((8, 3))),
+        running_sum=jnp.asarray(rng.random(8)),
+        existence=jnp.asarray(existence),
+    )
+    out = jax.jit(filt._retire_holes)(state)
+    # reference: a stable sort puts the holes (existence below the threshold, a live slot
+    # after them) behind the others and resets them to the prior
+    last_live = np.flatnonzero(existence >= filt.retire_threshold).max()
+    hole = (existence < filt.retire_threshold) & (np.arange(8) < last_live)
+    order = np.argsort(hole, kind="stable")
+    moved = hole[order]
+    for new, old, fresh in zip(out[:4], state[:4], empty[:4], strict=True):
+        expected = np.where(
+            moved.reshape((-1,) + (1,) * (np.ndim(old) - 1)), fresh, np.asarray(old)[order]
+        )
+        np.testing.assert_array_equal(np.asarray(new), expected)
+
+
 # ---------------------------------------------------------------------------- model contract
 def test_model_that_does_not_fit_gets_a_clear_error():
     def no_ibp(obs=None):

@@ -370,7 +370,12 @@ class RIBPFilter:
         hole = (exists < self.retire_threshold) & (later >= self.retire_threshold)
 
         def compact(state):
-            order = jnp.argsort(hole, stable=True)
+            # the stable partition live-then-holes, without a sort: a sort keeps XLA from compiling
+            # the whole chunk loop into one CPU kernel (see numpyro_bnp.xla_cpu)
+            live = ~hole
+            slot = jnp.arange(hole.shape[0])
+            target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
+            order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
             moved = hole[order][:, None]
             fresh = self._empty(self.capacity(state))
             fields = [
