@@ -8,7 +8,7 @@ compile a small loop, with everything it calls, into one kernel; it does so for 
 total less than ``xla_cpu_small_while_loop_byte_threshold`` bytes (1 kB by default), passed as
 ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``.
 :func:`enable_cpu_loop_kernels` raises that limit for this process. Loops that sort, scatter or
-call custom kernels are never compiled this way.
+call library kernels (large matrix products) are never compiled this way.
 """
 
 import os
