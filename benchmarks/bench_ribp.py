@@ -25,6 +25,7 @@ Data: Z ~ IBP(α = 10, β = 1), A_k ~ N(0, I_50), o_n = z_n A + N(0, 0.5² I). P
 
 import argparse
 import functools
+import os
 import resource
 import time
 import warnings
@@ -139,7 +140,8 @@ def main():
         help="keep XLA's default CPU loop compilation (no enable_cpu_loop_kernels)",
     )
     args = parser.parse_args()
-    loop_kernels = not args.xla_default and enable_cpu_loop_kernels()
+    if not args.xla_default:
+        enable_cpu_loop_kernels()
     if args.proposal:
         return proposal_bias(sizes=QUALITY_SIZES[:1] if args.quick else QUALITY_SIZES)
     options = dict(
@@ -150,7 +152,7 @@ def main():
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     print(
         f"backend {jax.default_backend()}, {jax.device_count()} device(s), float32, D={DIM}, "
-        f"CPU loop kernels {'on' if loop_kernels else 'off (XLA default)'}"
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
     )
     z_all, _, obs_all = synthetic(max(sizes) + 300)
 

@@ -4,9 +4,11 @@ On CPU, XLA runs a compiled program as a sequence of small kernels ("thunks"); a
 (``lax.scan``, ``lax.fori_loop``) dispatches its body's kernels at every iteration, a fraction of a
 microsecond each. Streaming filters iterate over dozens of feature slots per observation with a few
 hundred flops per iteration, so that dispatch, not arithmetic, sets their speed. XLA can instead
-compile a small loop, with everything it calls, into one kernel; it does so for loops whose buffers
-total less than ``xla_cpu_small_while_loop_byte_threshold`` bytes (1 kB by default), passed as
-``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``.
+compile a small loop, with everything it calls, into one kernel; it does so for loops whose
+operations access less than ``xla_cpu_small_while_loop_byte_threshold`` bytes per iteration (by
+XLA's cost model), passed as
+``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``. The default
+is small: a loop that reads a row of a few hundred floats from an array already exceeds it.
 :func:`enable_cpu_loop_kernels` raises that limit for this process. Loops that sort, scatter or
 call library kernels (large matrix products) are never compiled this way.
 """
@@ -29,16 +31,16 @@ def _backends_initialized():
 
 
 def enable_cpu_loop_kernels(max_bytes=1 << 26):
-    """Let XLA compile each CPU ``while`` loop touching under ``max_bytes`` into one kernel.
+    """Let XLA compile each CPU ``while`` loop accessing under ``max_bytes`` into one kernel.
 
     Call it at the start of a program, before JAX computes anything (like
     ``numpyro.set_host_device_count``): XLA reads its flags once, when JAX first uses the CPU. It
     appends the option to the ``XLA_FLAGS`` environment variable of this process, so it affects
     every JAX computation in the process, not only this library's. The R-IBP filter runs about
-    1.9x faster with it (``docs/ribp.md``, "Speed"); results agree to float rounding.
+    twice as fast with it (``docs/ribp.md``, "Speed"); results agree to float rounding.
 
-    :param int max_bytes: the largest total buffer size, in bytes, of a loop compiled into one
-        kernel (default 64 MiB).
+    :param int max_bytes: the most bytes a loop's operations may access per iteration (XLA's cost
+        model) for it to be compiled into one kernel (default 64 MiB).
     :return: ``True`` if the option was added; ``False`` if ``XLA_FLAGS`` already sets it (the
         existing value is kept) or JAX has already started (a warning says so).
     """
