@@ -37,7 +37,9 @@ def enable_cpu_loop_kernels(max_bytes=1 << 26):
     ``numpyro.set_host_device_count``): XLA reads its flags once, when JAX first uses the CPU. It
     appends the option to the ``XLA_FLAGS`` environment variable of this process, so it affects
     every JAX computation in the process, not only this library's. The R-IBP filter runs about
-    twice as fast with it (``docs/ribp.md``, "Speed"); results agree to float rounding.
+    twice as fast with it (``docs/ribp.md``, "Speed"). Each computation agrees with XLA's default
+    to float rounding; a long sequence of decisions (births in ``RIBPFilter.refine``) can then take
+    another path.
 
     :param int max_bytes: the most bytes a loop's operations may access per iteration (XLA's cost
         model) for it to be compiled into one kernel (default 64 MiB).
