@@ -8,7 +8,7 @@ compile a small loop, with everything it calls, into one kernel; it does so for 
 operations access less than ``xla_cpu_small_while_loop_byte_threshold`` bytes per iteration (by
 XLA's cost model), passed as
 ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``. The default
-is small: a loop that reads a row of a few hundred floats from an array already exceeds it.
+is about 1 kB: a loop whose body works on vectors of a few dozen floats already exceeds it.
 :func:`enable_cpu_loop_kernels` raises that limit for this process. Loops that sort, scatter or
 call library kernels (large matrix products) are never compiled this way.
 """
