@@ -7,8 +7,9 @@ hundred flops per iteration, so that dispatch, not arithmetic, sets their speed.
 compile a small loop, with everything it calls, into one kernel; it does so for loops whose
 operations access less than ``xla_cpu_small_while_loop_byte_threshold`` bytes per iteration (by
 XLA's cost model), passed as
-``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``. The default
-is about 1 kB: a loop whose body works on vectors of a few dozen floats already exceeds it.
+``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``. With jax
+0.10 the default is about 1 kB, which a loop whose body works on vectors of a few dozen floats
+already exceeds; jax 0.12 compiles such loops into kernels by default.
 :func:`enable_cpu_loop_kernels` raises that limit for this process. Loops that sort, scatter or
 call library kernels (large matrix products) are never compiled this way.
 """
@@ -37,9 +38,9 @@ def enable_cpu_loop_kernels(max_bytes=1 << 26):
     ``numpyro.set_host_device_count``): XLA reads its flags once, when JAX first uses the CPU. It
     appends the option to the ``XLA_FLAGS`` environment variable of this process, so it affects
     every JAX computation in the process, not only this library's. The R-IBP filter runs about
-    twice as fast with it (``docs/ribp.md``, "Speed"). Each computation agrees with XLA's default
-    to float rounding; a long sequence of decisions (births in ``RIBPFilter.refine``) can then take
-    another path.
+    twice as fast with it on jax 0.10 (``docs/ribp.md``, "Speed"). Each computation agrees with
+    XLA's default to float rounding; a long sequence of decisions (births in
+    ``RIBPFilter.refine``) can then take another path.
 
     :param int max_bytes: the most bytes a loop's operations may access per iteration (XLA's cost
         model) for it to be compiled into one kernel (default 64 MiB).

@@ -14,22 +14,18 @@ import pytest
 
 from numpyro_bnp import enable_cpu_loop_kernels
 
-# compiles a scan over rows of 256 floats (above XLA's default limit of about 1 kB per iteration)
-# and prints whether the option was added, how many loops XLA turned into single-kernel calls,
-# and XLA_FLAGS; the argument "skip" leaves the option out
+# compiles a scan over rows of 256 floats and prints whether the option was added, how many loops
+# XLA turned into single-kernel calls, and XLA_FLAGS
 _CHILD = """
 import os, sys
 import numpyro_bnp
-if sys.argv[1:] != ["skip"]:
-    print(numpyro_bnp.enable_cpu_loop_kernels(*map(int, sys.argv[1:])))
-else:
-    print(False)
+print(numpyro_bnp.enable_cpu_loop_kernels(*map(int, sys.argv[1:])))
 import jax, jax.numpy as jnp
 def f(x):
     return jax.lax.scan(lambda c, y: (jnp.tanh(c * y + 1.0), c), x[0], x)
 text = jax.jit(f).lower(jnp.ones((8, 256))).compile().as_text()
 print(text.count('xla_cpu_small_call="true"'))
-print(os.environ.get("XLA_FLAGS", ""))
+print(os.environ["XLA_FLAGS"])
 """
 
 
@@ -44,11 +40,12 @@ def _child(*args, xla_flags=None):
         text=True,
         check=True,
     ).stdout.splitlines()
-    return out[0] == "True", int(out[1]), out[2] if len(out) > 2 else ""
+    return out[0] == "True", int(out[1]), out[2]
 
 
-def test_loops_compile_into_one_kernel_only_with_the_option():
-    assert _child("skip")[1] == 0  # XLA's default: the loop's body runs kernel by kernel
+def test_the_limit_reaches_the_compiler():
+    # XLA's own default differs between versions (jax 0.10 runs this loop kernel by kernel,
+    # jax 0.12 as one kernel), so the check is the option's two ends: 64 MiB and 0 bytes
     added, kernels, flags = _child()
     assert added and kernels == 1
     assert flags == "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=67108864"
