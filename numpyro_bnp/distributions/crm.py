@@ -33,7 +33,7 @@ from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
-from numpyro_bnp.distributions._checks import is_concrete, positive_int
+from numpyro_bnp._checks import is_concrete, positive_int
 
 __all__ = [
     "BetaPrimeProcess",

@@ -28,7 +28,7 @@ from numpyro_bnp._math import (
     nggp_log_v,
     nggp_sample_log_u,
 )
-from numpyro_bnp.distributions._checks import is_concrete, positive_int
+from numpyro_bnp._checks import is_concrete, positive_int
 from numpyro_bnp.distributions.crm import (
     GeneralizedGammaProcess,
     check_ggp_params,

@@ -32,6 +32,7 @@ import numpy as np
 from jax import lax
 
 from numpyro_bnp import arviz_compat
+from numpyro_bnp._checks import observed_array
 
 __all__ = ["StreamingResult", "check_batch", "chunk_scanner", "load", "run", "save"]
 
@@ -39,29 +40,13 @@ __all__ = ["StreamingResult", "check_batch", "chunk_scanner", "load", "run", "sa
 def check_batch(batch, *, dim, dtype, name="batch"):
     """Validate a batch of observations on the host; return it as ``(n, dim)`` of ``dtype``.
 
-    A single observation of shape ``(dim,)`` is accepted as one row.
+    A single observation of shape ``(dim,)`` is accepted as one row. The values are checked
+    after the cast to ``dtype`` (see :func:`numpyro_bnp._checks.observed_array`).
 
-    :raises TypeError: when the values are not real numbers (integer or floating).
-    :raises ValueError: on a wrong shape, an empty batch or a non-finite value.
+    :raises TypeError: when the values are not real numbers (bool, integer or floating).
+    :raises ValueError: on a wrong shape, an empty batch or a value not finite in ``dtype``.
     """
-    try:
-        arr = np.asarray(batch)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be an array of shape (n, {dim}): {err}") from None
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(
-            f"{name} must hold real numbers (integer or floating), got dtype {arr.dtype}"
-        )
-    if arr.ndim == 1 and arr.shape[0] == dim:
-        arr = arr[None]
-    if arr.ndim != 2 or arr.shape[1] != dim or arr.shape[0] == 0:
-        raise ValueError(f"{name} must have shape (n, {dim}) with n >= 1, got {arr.shape}")
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        raise ValueError(
-            f"{name} contains NaN or infinite values (first bad row: {int(np.argmin(finite))})"
-        )
-    return arr.astype(dtype, copy=False)
+    return observed_array(batch, name, dtype=dtype, dim=dim, row=True)
 
 
 def chunk_scanner(update):

@@ -1,0 +1,162 @@
+"""Argument checks shared by every layer (distributions, models, engines).
+
+One helper for each kind of argument, so that every public entry point accepts and rejects the
+same things with the same words:
+
+* :func:`positive_int` — a static size or count (Python or NumPy integer, not ``bool``);
+* :func:`positive_float`, :func:`unit_interval` — scalar options of engines;
+* :func:`floating_dtype` — the working dtype of an engine's state;
+* :func:`model_function` — a NumPyro model function;
+* :func:`observed_array` — a user's observed data: real numbers (never complex), the expected
+  shape, and finite *after* the cast to the working dtype (1e300 is finite in float64, not in
+  float32);
+* :func:`finite_in_dtype` — a model constant (a variance, a scale) that must be finite and,
+  optionally, positive in the working dtype;
+* :func:`is_concrete` — whether values can be checked on the host (no JAX tracer among them).
+
+Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (wrong shape or range)
+whose message starts with the argument's name.
+"""
+
+import numbers
+import operator
+
+import jax
+import numpy as np
+
+__all__ = [
+    "finite_in_dtype",
+    "floating_dtype",
+    "is_concrete",
+    "model_function",
+    "observed_array",
+    "positive_float",
+    "positive_int",
+    "unit_interval",
+]
+
+
+def positive_int(value, name):
+    """``value`` as a Python int ``>= 1``; else ``TypeError``/``ValueError`` naming ``name``.
+
+    Python and NumPy integers (and 0-d integer arrays) are accepted; ``bool`` and floats are not.
+    """
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a positive integer, got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
+def _real_scalar(value, name, expected):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        if not (isinstance(value, np.ndarray | jax.Array) and np.ndim(value) == 0):
+            raise TypeError(f"{name} must be {expected}, got {value!r}")
+        if np.asarray(value).dtype.kind not in "iuf":
+            raise TypeError(f"{name} must be {expected}, got {value!r}")
+    return float(value)
+
+
+def positive_float(value, name):
+    """``value`` as a finite Python float ``> 0``; else ``TypeError``/``ValueError``."""
+    result = _real_scalar(value, name, "a positive number")
+    if not (np.isfinite(result) and result > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return result
+
+
+def unit_interval(value, name):
+    """``value`` as a Python float in the open interval ``(0, 1)``; else ``TypeError``/``ValueError``."""
+    result = _real_scalar(value, name, "a number in (0, 1)")
+    if not 0.0 < result < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+    return result
+
+
+def floating_dtype(dtype, name="dtype"):
+    """``dtype`` as a NumPy floating dtype (``None``: JAX's default float, float32 without x64)."""
+    if dtype is None:
+        return np.dtype(jax.numpy.result_type(float))
+    try:
+        result = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating dtype such as float32, got {dtype!r}") from None
+    if result.kind != "f":
+        raise TypeError(f"{name} must be a floating dtype such as float32, got {result}")
+    return result
+
+
+def model_function(model, name="model"):
+    """``model`` if it is a callable NumPyro model function; else ``TypeError``."""
+    if not callable(model) or isinstance(model, type):
+        raise TypeError(f"{name} must be a NumPyro model function, got {type(model).__name__}")
+    return model
+
+
+def observed_array(data, name, *, dtype, dim=None, ndim=2, row=False):
+    """A user's observed data as a NumPy array of ``dtype``, checked after the cast.
+
+    :param data: array-like of real numbers (bool, integer or floating; complex is refused, it
+        would lose its imaginary part).
+    :param str name: the argument's name, used in every message.
+    :param dtype: the working dtype the engine computes in.
+    :param int dim: when given, the size of the last axis.
+    :param int ndim: the expected number of axes (2: rows of observations).
+    :param bool row: accept one observation of shape ``(dim,)`` as one row (streaming batches).
+    :raises TypeError: when the values are not real numbers.
+    :raises ValueError: on a wrong shape, an empty array, or a value that is not finite in
+        ``dtype`` (the first bad row is named).
+    """
+    try:
+        arr = np.asarray(data)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be an array of real numbers: {err}") from None
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{name} must hold real numbers (integer or floating), got dtype {arr.dtype}"
+        )
+    if row and dim is not None and arr.ndim == 1 and arr.shape[0] == dim:
+        arr = arr[None]
+    want = f"(n, {dim})" if dim is not None and ndim == 2 else f"{ndim} axes"
+    if arr.ndim != ndim or (dim is not None and arr.shape[-1] != dim) or arr.size == 0:
+        raise ValueError(f"{name} must have shape {want} and not be empty, got {arr.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = arr.astype(dtype, copy=False)
+    finite = np.isfinite(cast).reshape(cast.shape[0], -1).all(axis=1)
+    if not finite.all():
+        overflow = np.isfinite(arr).all() if arr.dtype.kind == "f" else True
+        why = f"values too large for {np.dtype(dtype)}" if overflow else "NaN or infinite values"
+        raise ValueError(f"{name} contains {why} (first bad row: {int(np.argmin(finite))})")
+    return cast
+
+
+def finite_in_dtype(value, name, *, dtype, positive=False):
+    """Check a model constant on the host: finite (and ``> 0`` if ``positive``) in ``dtype``.
+
+    Catches constants that are fine in float64 but overflow or underflow the working dtype
+    (``σ = 1e20`` squared, ``1 / σ² `` for ``σ = 1e-30`` in float32). Returns ``value`` cast to
+    ``dtype``; tracers are returned unchecked.
+    """
+    if not is_concrete(value):
+        return value
+    arr = np.asarray(value)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        cast = arr.astype(dtype)
+    ok = np.isfinite(cast) & (cast > 0 if positive else True)
+    if not ok.all():
+        what = "positive and finite" if positive else "finite"
+        bad = arr.reshape(-1)[np.argmin(ok.reshape(-1))]
+        raise ValueError(
+            f"{name} must be {what} in {np.dtype(dtype)}, got {bad!r} (rescale the data or the "
+            "model's constants, or enable float64)"
+        )
+    return cast
+
+
+def is_concrete(*values):
+    """True when no leaf of ``values`` is a JAX tracer (their values can be checked on the host)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
