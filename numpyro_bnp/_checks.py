@@ -70,7 +70,7 @@ def positive_float(value, name):
 
 
 def unit_interval(value, name):
-    """``value`` as a Python float in the open interval ``(0, 1)``; else ``TypeError``/``ValueError``."""
+    """``value`` as a Python float in the open interval ``(0, 1)``; else an error naming it."""
     result = _real_scalar(value, name, "a number in (0, 1)")
     if not 0.0 < result < 1.0:
         raise ValueError(f"{name} must lie in (0, 1), got {value!r}")

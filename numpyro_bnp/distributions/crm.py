@@ -32,8 +32,8 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
 from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
 
 __all__ = [
     "BetaPrimeProcess",

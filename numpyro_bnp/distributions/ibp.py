@@ -18,8 +18,8 @@ from jax.scipy.special import gammainc, gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
 from numpyro_bnp._checks import positive_int
+from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
 from numpyro_bnp.distributions.crm import BetaProcess
 
 __all__ = ["RecursiveIBP", "buffet_matrix", "ibp_capacity", "num_active_features"]

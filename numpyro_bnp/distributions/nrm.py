@@ -22,13 +22,13 @@ from jax.scipy.special import gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
+from numpyro_bnp._checks import is_concrete, positive_int
 from numpyro_bnp._math import (
     _nggp_log_v_mode,
     ggp_laplace_exponent,
     nggp_log_v,
     nggp_sample_log_u,
 )
-from numpyro_bnp._checks import is_concrete, positive_int
 from numpyro_bnp.distributions.crm import (
     GeneralizedGammaProcess,
     check_ggp_params,

@@ -58,8 +58,8 @@ from jax.scipy.special import logsumexp, xlog1py, xlogy
 from numpyro.distributions import Categorical, Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._math import poisson_binomial_log_pmf
 from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._math import poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
     inclusion_log_probs,
