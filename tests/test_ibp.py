@@ -379,3 +379,16 @@ def test_float32_by_default():
     # the documented float32 bound of poisson_interval_probs: about 1e-6 x rate, absolute
     rate = float(d64.expected_num_features()[-1])
     np.testing.assert_allclose(p32, np.asarray(d64.marginals()), atol=1e-6 * rate)
+
+
+def test_ibp_capacity_inside_jit_equals_host_value():
+    # a model that computes its capacity is re-traced under jit by the engines
+    host = ibp_capacity(2.0, 0.5, num_rows=30)
+
+    @jax.jit
+    def traced(x):
+        return x + ibp_capacity(2.0, 0.5, num_rows=30)
+
+    assert int(traced(0)) == host
+    with pytest.raises(TypeError, match="concrete alpha and beta"):
+        jax.jit(lambda a: ibp_capacity(a, num_rows=30))(2.0)  # a traced parameter cannot work

@@ -18,7 +18,7 @@ from jax.scipy.special import gammainc, gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import positive_int
+from numpyro_bnp._checks import is_concrete, positive_int
 from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
 from numpyro_bnp.distributions.crm import BetaProcess
 
@@ -65,9 +65,16 @@ def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
     The total number of dishes after ``num_rows`` customers is Poisson with mean
     ``alpha * H^beta_{num_rows}``; this returns the smallest ``K`` with ``P(Λ_N > K) <= tail_prob``
     (for array parameters, the largest such ``K`` over them). A host-side helper for choosing
-    fixed capacities; not traceable.
+    fixed capacities: its parameters must be concrete numbers, and it may be called inside a
+    model that an engine traces under ``jit`` (it computes at trace time).
     """
     num_rows = positive_int(num_rows, "num_rows")
+    if not is_concrete(alpha, beta):
+        raise TypeError(
+            "ibp_capacity needs concrete alpha and beta (numbers, not traced values): a capacity "
+            "is a static size; pass the hyper-parameters as Python numbers or compute the "
+            "capacity outside the traced function"
+        )
     if not 0.0 < tail_prob < 1.0:
         raise ValueError(f"tail_prob must lie in (0, 1), got {tail_prob}")
     alpha, beta = np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64)
@@ -75,7 +82,7 @@ def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
         raise ValueError("alpha must be finite and positive")
     if not (np.all(np.isfinite(beta)) and np.all(beta > 0)):
         raise ValueError("beta must be finite and positive")
-    with jax.enable_x64(True):
+    with jax.ensure_compile_time_eval(), jax.enable_x64(True):
         rate = float(jnp.max(alpha * generalized_harmonic(beta, num_rows)))
         upper = int(rate + 12 * np.sqrt(rate) + 60)
         while True:
