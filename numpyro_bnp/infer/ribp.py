@@ -62,6 +62,19 @@ Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
   ``z_l = 1`` and ``z_l = 0`` with a second-order correction for the feature's variance. On a
   linear-Gaussian model one Newton step is exact and the path equals the closed form.
 
+  **Newton safeguard.** A full Newton step can overshoot far when the likelihood's curvature
+  grows along the step: for counts ``~ Poisson(200)`` under a log link (``D = 5``, ``α = 3``,
+  ``σ_A = 1``) the first step from the prior (rate ``e⁰ = 1``, gradient ``≈ 199`` per entry)
+  lands near a log-rate of 97, ``e^97`` is infinite in float32, and the unguarded filter's whole
+  state was NaN from the first row on, without a warning. So each step is safeguarded: a
+  gradient or curvature entry that is not finite counts as zero, the curvature is floored at 0
+  (the step's variance never exceeds the prior's), and the step is halved, at most
+  ``MAX_HALVINGS`` times and else dropped, until the slot's objective (its weighted
+  log-likelihood plus the log prior of its feature) does not decrease, up to rounding. On those
+  counts the filter then fits (the plug-in rate is within 1 % of the data mean); on a
+  linear-Gaussian model the full step lands on the maximum, is always taken, and the path still
+  equals the closed form.
+
 Each coordinate-ascent step is one sweep over the slots (forward on even steps, backward on odd
 steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11 against the prior frozen at
 the start of the observation, then the *ossification* average with weights ``b_nl`` (new) and
@@ -101,6 +114,8 @@ from numpyro_bnp.infer._model import read_feature_model
 from numpyro_bnp.infer._ribp_refine import _logit, refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
+
+MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
 
 
 class RIBPState(NamedTuple):
@@ -156,7 +171,8 @@ class RIBPFilter:
     :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"``; see the
         module docstring.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
-    :param int newton_steps: Newton steps per slot and sweep in the generic path.
+    :param int newton_steps: Newton steps per slot and sweep in the generic path (each one
+        safeguarded, see the module docstring).
     :param float retire_threshold: existence probability below which a hole is retired.
     :param float truncation_tol: prior mass beyond the capacity that triggers growth or a warning.
     :param dtype: floating dtype of the state; default ``jnp.result_type(float)`` (float32
@@ -532,11 +548,22 @@ class RIBPFilter:
         return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
-        """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
+        """Newton / delta-method coordinate ascent on the model's own log-likelihood.
+
+        Each Newton step is safeguarded (see the module docstring): a gradient or curvature that
+        is not finite counts as zero, and the step is halved until the slot's objective
+        (weighted log-likelihood plus log prior) does not decrease, or dropped.
+        """
         mu0, var0, S = state.mean, state.var, state.running_sum
-        loglik = self.spec.row_log_likelihood
         capacity = mu0.shape[0]
+
+        def loglik(z, a, o):  # in the working dtype (a model's constants may promote it)
+            return self.spec.row_log_likelihood(z, a, o).astype(self.dtype)
+
         born = self._born(state)  # slots scored with the feature integrated out (or None)
+        # rounding allowance of the "does not decrease" test: an exact Newton step (Gaussian
+        # likelihood) lands on the maximum, where the objective agrees to a few ulps
+        slack = 16 * jnp.finfo(self.dtype).eps
 
         def slot(i, carry, reverse):
             b, mean, var = carry
@@ -548,16 +575,40 @@ class RIBPFilter:
 
             def grad_and_curv(a_l):
                 g, hv = jax.jvp(jax.grad(f), (a_l,), (jnp.ones_like(a_l),))
-                return g, jnp.maximum(-hv, 0.0)  # diagonal curvature (factorised likelihood)
+                ok = jnp.isfinite(g) & jnp.isfinite(hv)
+                # diagonal curvature (factorised likelihood), floored at 0: the step's variance
+                # stays below the prior's; a non-finite entry contributes nothing
+                return jnp.where(ok, g, 0.0), jnp.where(ok, jnp.maximum(-hv, 0.0), 0.0)
 
             mu_l, mu0_l, var0_l = mean[l], mu0[l], var0[l]
             born_l = jnp.zeros((), bool) if born is None else born[l, 0]
             weight = jnp.where(born_l, 1.0, b[l])
+
+            def objective(a_l):  # the slot's share of the per-observation objective
+                fit = jnp.where(weight > 0, weight * f(a_l), 0.0)
+                return fit - 0.5 * jnp.sum((a_l - mu0_l) ** 2 / var0_l)
+
+            def newton(mu_l):
+                g, h = grad_and_curv(mu_l)
+                var_l = 1.0 / (1.0 / var0_l + weight * h)
+                step = var_l * (weight * g - (mu_l - mu0_l) / var0_l)
+                start = objective(mu_l)
+                floor = start - slack * (1.0 + jnp.abs(start))
+
+                def worse(c):  # NaN and -inf are worse than anything
+                    return ~(c[2] >= floor) & (c[0] < MAX_HALVINGS)
+
+                def halve(c):
+                    t = 0.5 * c[1]
+                    return c[0] + 1, t, objective(mu_l + t * step)
+
+                one = jnp.ones((), step.dtype)
+                _, t, value = lax.while_loop(worse, halve, (0, one, objective(mu_l + step)))
+                return mu_l + jnp.where(value >= floor, t, 0.0) * step, var_l
+
             if update_features or born is not None:
                 for _ in range(self.newton_steps):
-                    g, h = grad_and_curv(mu_l)
-                    var_l = 1.0 / (1.0 / var0_l + weight * h)
-                    mu_l = mu_l + var_l * (weight * g - (mu_l - mu0_l) / var0_l)
+                    mu_l, var_l = newton(mu_l)
                 if self.ossify:
                     total = b[l] + S[l]
                     keep = (total > 0) & ~born_l  # born: see _commit
@@ -577,6 +628,8 @@ class RIBPFilter:
                 shift = mu_l - mu0_l
                 kl = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + shift**2 / var0_l)
                 logit = logit - jnp.where(born_l, kl, 0.0)
+            # both indicator values impossible (-inf - -inf): no evidence, keep the prior's
+            logit = jnp.where(jnp.isnan(logit), prior_logit[l], logit)
             b = b.at[l].set(jax.nn.sigmoid(logit))
             return b, mean, var.at[l].set(var_l)
 
