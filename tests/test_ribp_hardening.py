@@ -15,6 +15,8 @@ from scipy.stats import poisson
 
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
+from numpyro_bnp.infer._model import model_cache_key, read_feature_model
+from numpyro_bnp.models import linear_gaussian
 
 
 def log_rate_poisson(obs=None, *, num_obs, dim, alpha=3.0, max_features=8):
@@ -67,3 +69,85 @@ def test_generic_newton_steps_stay_finite_and_fit_large_poisson_counts(poisson_r
     true_ll = poisson.logpmf(counts, 200.0).sum(1)
     assert elbo[-100:].mean() > true_ll[-100:].mean() - 1.0
     assert elbo[-100:].mean() > elbo[:10].mean()
+
+
+# ---------------------------------------------------------------------------- 2. support
+def test_batches_outside_the_likelihoods_support_are_rejected(poisson_run, counts):
+    filt = poisson_run.engine
+    for bad, value in ((3, -1.0), (5, 2.5)):  # negative, fractional
+        batch = counts[:8].copy()
+        batch[bad, 2] = value
+        with pytest.raises(ValueError, match=rf"batch 4 .*'obs'.*first bad row: {bad}\b"):
+            filt.check_batch(batch, name="batch 4")
+    # in a stream: rejected before any row of the batch reaches the state
+    bad = counts[:4].copy()
+    bad[1, 0] = 0.5
+    empty = filt.init(random.PRNGKey(0), **POISSON)
+    with pytest.raises(ValueError, match=r"batch 0 .*support.*first bad row: 1") as info:
+        filt.run(random.PRNGKey(0), iter([bad, counts[:4]]), progress_bar=False, **POISSON)
+    for got, want in zip(info.value.partial_state, empty, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    with pytest.raises(ValueError, match=r"test_obs .*first bad row: 1"):
+        filt.log_predictive(empty, bad, rng_key=random.PRNGKey(0))
+
+    bern = RIBPFilter(logit_bernoulli, dtype=jnp.float32)
+    bern.init(random.PRNGKey(0), num_obs=1, dim=3)
+    assert bern.kind == "generic"
+    pixels = np.array([[0, 1, 1], [1, 0, 0], [0, 1, 0.5]])
+    with pytest.raises(ValueError, match=r"data .*'obs'.*first bad row: 2"):
+        bern.check_batch(pixels, name="data")
+    np.testing.assert_array_equal(bern.check_batch(pixels[:2], name="data"), pixels[:2])
+
+
+# ---------------------------------------------------------------------------- 4. factorisation
+def test_likelihood_that_couples_the_output_dimensions_is_rejected():
+    cov = 0.5 * np.eye(3) + 0.5  # fully correlated
+
+    def correlated(obs=None, *, num_obs=1, dim=3, max_features=4):
+        z = numpyro.sample("Z", RecursiveIBP(1.0, 1.0, num_rows=num_obs, max_features=max_features))
+        a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([max_features, dim]).to_event(2))
+        numpyro.sample("obs", dist.MultivariateNormal(z @ a, cov).to_event(1), obs=obs)
+
+    match = r"RIBPFilter: the observed site 'obs' must factorise .*MultivariateNormal.*event shape"
+    with pytest.raises(ValueError, match=match + r".*the model has: Z: RecursiveIBP"):
+        RIBPFilter(correlated).init(random.PRNGKey(0))
+    with pytest.raises(ValueError, match="'obs' must factorise"):
+        read_feature_model(correlated, engine="RIBPFilter")
+    # a univariate likelihood made into an event over D is fine
+    assert read_feature_model(log_rate_poisson, model_kwargs=POISSON).likelihood == "generic"
+
+
+# ---------------------------------------------------------------------------- 6. cache key
+def shifted_prior(loc, obs=None, *, num_obs=1, dim=2, max_features=4):
+    z = numpyro.sample("Z", RecursiveIBP(1.0, 1.0, num_rows=num_obs, max_features=max_features))
+    a = numpyro.sample("A", dist.Normal(loc.mean(), 1.0).expand([max_features, dim]).to_event(2))
+    return numpyro.sample("obs", dist.Normal(z @ a, 0.5).to_event(2), obs=obs)
+
+
+def test_model_cache_compares_large_argument_arrays_by_value():
+    """NumPy abbreviates arrays over 1,000 elements in ``repr``: two arrays differing in one
+    middle element printed alike, and the filter kept the first array's prior."""
+    first = np.zeros(2001)
+    second = first.copy()
+    second[1000] = 2001.0  # the mean moves from 0 to 1
+    assert repr(first) == repr(second)
+    filt = RIBPFilter(shifted_prior, max_features=4)
+    state = filt.init(random.PRNGKey(0), first)
+    np.testing.assert_array_equal(np.asarray(state.mean), 0.0)
+    spec = filt.spec
+    filt.init(random.PRNGKey(0), first.copy())  # equal contents: the read is reused
+    assert filt.spec is spec
+    state = filt.init(random.PRNGKey(0), second)
+    assert filt.spec is not spec
+    np.testing.assert_array_equal(filt.spec.feature_loc, 1.0)
+    np.testing.assert_array_equal(np.asarray(state.mean), 1.0)
+
+    key = model_cache_key(shifted_prior, (first,), {"dim": 2})
+    assert key == model_cache_key(shifted_prior, (first.copy(),), {"dim": 2})
+    assert key != model_cache_key(shifted_prior, (second,), {"dim": 2})
+    assert key != model_cache_key(shifted_prior, (first.astype(np.float32),), {"dim": 2})
+    assert key != model_cache_key(shifted_prior, (first.reshape(3, 667),), {"dim": 2})
+    assert key != model_cache_key(shifted_prior, (first,), {"dim": 3})
+    assert key != model_cache_key(shifted_prior, (first,), {"dim": 2.0})
+    assert key != model_cache_key(linear_gaussian, (first,), {"dim": 2})
+    assert key == model_cache_key(shifted_prior, (jnp.asarray(first),), {"dim": 2})

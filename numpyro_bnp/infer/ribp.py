@@ -55,7 +55,9 @@ Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
 * **factor analysis** (``o_n ~ N((z_n ⊙ w_n) A, diag σ²)``): adds the Gaussian weight update
   (paper App. B.3, Eq. 12, a K x K Cholesky solve per step);
 * **generic**: any likelihood that is differentiable in the features and factorises over the D
-  output dimensions given ``z`` and ``A`` (Poisson counts, Bernoulli pixels, ...). The same
+  output dimensions given ``z`` and ``A`` (Poisson counts, Bernoulli pixels, ...; the model reader
+  rejects one that does not, such as a ``MultivariateNormal`` over D, and each batch is checked
+  against the likelihood's support). The same
   variational family; each slot's Gaussian gets Newton steps on the per-observation objective with
   the gradient and diagonal Hessian of the model's own log-likelihood (through handlers, other
   indicators plugged in at their means ``b``), and its logit gets the likelihood difference between
@@ -110,7 +112,7 @@ from jax.scipy.special import xlogy
 from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_predictive, streaming
-from numpyro_bnp.infer._model import read_feature_model
+from numpyro_bnp.infer._model import model_cache_key, read_feature_model
 from numpyro_bnp.infer._ribp_refine import _logit, refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
@@ -249,9 +251,9 @@ class RIBPFilter:
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs):
         # the compiled functions bake in the model's constants: reuse them (and skip the trace)
-        # only for the same model arguments
-        key = (repr(model_args), repr(sorted(model_kwargs.items())))
-        if key == self._spec_key:
+        # only for the same model arguments, compared by value (see model_cache_key)
+        key = model_cache_key(self.model, model_args, model_kwargs)
+        if key is not None and key == self._spec_key:
             return
         spec = read_feature_model(self.model, model_args, model_kwargs, engine="RIBPFilter")
         kind = spec.likelihood if self.likelihood == "auto" else "generic"
@@ -310,9 +312,16 @@ class RIBPFilter:
 
     # ------------------------------------------------------------------ streaming protocol
     def check_batch(self, batch, name="batch"):
-        """Validate a batch ``(n, D)`` on the host (see :func:`streaming.check_batch`)."""
+        """Validate a batch ``(n, D)`` on the host (see :func:`streaming.check_batch`).
+
+        The rows must also lie in the support of the model's observed site (e.g. non-negative
+        integers for a Poisson likelihood, 0/1 for a Bernoulli one): values the likelihood
+        cannot hold would give ``-inf`` or silently wrong log-densities.
+        """
         self._require_init()
-        return streaming.check_batch(batch, dim=self.dim, dtype=self.dtype, name=name)
+        arr = streaming.check_batch(batch, dim=self.dim, dtype=self.dtype, name=name)
+        self.spec.check_observed(arr, name)
+        return arr
 
     @staticmethod
     def capacity(state):
