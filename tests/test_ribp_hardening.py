@@ -16,7 +16,7 @@ from scipy.stats import poisson
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.infer._model import model_cache_key, read_feature_model
-from numpyro_bnp.models import linear_gaussian
+from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 
 def log_rate_poisson(obs=None, *, num_obs, dim, alpha=3.0, max_features=8):
@@ -97,6 +97,33 @@ def test_batches_outside_the_likelihoods_support_are_rejected(poisson_run, count
     with pytest.raises(ValueError, match=r"data .*'obs'.*first bad row: 2"):
         bern.check_batch(pixels, name="data")
     np.testing.assert_array_equal(bern.check_batch(pixels[:2], name="data"), pixels[:2])
+
+
+# ---------------------------------------------------------------------------- 3. float32 constants
+@pytest.mark.parametrize(
+    "model, kwargs, match",
+    [
+        (linear_gaussian, dict(sigma_o=1e-30), "noise precision"),
+        (linear_gaussian, dict(sigma_a=1e20), "prior variance of the feature site 'A'"),
+        (factor_analysis, dict(sigma_w=1e20), "prior variance of the weight site"),
+        (linear_gaussian, dict(alpha=1e39), "alpha of the RecursiveIBP site"),
+    ],
+)
+def test_constants_that_overflow_float32_are_rejected(model, kwargs, match):
+    kwargs = dict(num_obs=1, dim=3, max_features=4, **kwargs)
+    filt = RIBPFilter(model, max_features=4, dtype=jnp.float32)
+    with pytest.raises(ValueError, match=rf"{match}.*float32"):
+        filt.init(random.PRNGKey(0), **kwargs)
+    RIBPFilter(model, max_features=4, dtype=jnp.float64).init(random.PRNGKey(0), **kwargs)
+
+
+def test_data_that_overflow_float32_are_rejected():
+    filt = RIBPFilter(linear_gaussian, max_features=4, dtype=jnp.float32)
+    filt.init(random.PRNGKey(0), num_obs=1, dim=3)
+    data = np.ones((5, 3))
+    data[2, 1] = 1e300
+    with pytest.raises(ValueError, match=r"data contains values too large for float32.*row: 2"):
+        filt.check_batch(data, name="data")
 
 
 # ---------------------------------------------------------------------------- 4. factorisation

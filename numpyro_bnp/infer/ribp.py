@@ -109,6 +109,7 @@ import numpy as np
 from jax import lax, random
 from jax.scipy.special import xlogy
 
+from numpyro_bnp._checks import finite_in_dtype
 from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_predictive, streaming
@@ -263,9 +264,37 @@ class RIBPFilter:
                 f"{spec.weight_site!r} with a non-Gaussian or non-linear likelihood "
                 f"(sites: {'; '.join(spec.site_summary)})"
             )
+        # constants finite in float64 can overflow or vanish in the working dtype (σ = 1e20
+        # squared, 1/σ² for σ = 1e-30 in float32) and would turn the whole state into NaN
+        dt = self.dtype
+        obs, feat = repr(spec.obs_site), repr(spec.feature_site)
+        constants = [
+            (spec.alpha, f"alpha of the RecursiveIBP site {spec.ibp_site!r}", True),
+            (spec.beta, f"beta of the RecursiveIBP site {spec.ibp_site!r}", True),
+            (spec.feature_loc, f"the prior mean of the feature site {feat}", False),
+            (spec.feature_var, f"the prior variance of the feature site {feat}", True),
+        ]
+        if spec.noise_var is not None:
+            with np.errstate(divide="ignore"):
+                noise_prec = 1.0 / spec.noise_var
+            constants += [
+                (
+                    noise_prec,
+                    f"the noise precision 1/σ² of the observed site {obs}",
+                    True,
+                ),
+                (spec.noise_var, f"the noise variance σ² of the observed site {obs}", True),
+            ]
+        if spec.weight_site is not None:
+            weight = repr(spec.weight_site)
+            constants += [
+                (spec.weight_loc, f"the prior mean of the weight site {weight}", False),
+                (spec.weight_var, f"the prior variance of the weight site {weight}", True),
+            ]
+        for value, name, positive in constants:
+            finite_in_dtype(value, name, dtype=dt, positive=positive)
         self.spec, self.kind = spec, kind
         self.dim = spec.dim
-        dt = self.dtype
         self._ibp = RecursiveIBP(
             jnp.asarray(spec.alpha, dt), jnp.asarray(spec.beta, dt), num_rows=1, max_features=1
         )
