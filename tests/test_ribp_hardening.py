@@ -144,6 +144,54 @@ def test_likelihood_that_couples_the_output_dimensions_is_rejected():
     assert read_feature_model(log_rate_poisson, model_kwargs=POISSON).likelihood == "generic"
 
 
+# ---------------------------------------------------------------------------- 5. arguments
+@pytest.mark.parametrize(
+    "option, value, error",
+    [
+        ("retire_threshold", "a", TypeError),
+        ("truncation_tol", np.nan, ValueError),
+        ("dtype", jnp.int32, TypeError),
+        ("newton_steps", True, TypeError),
+        ("num_steps", 2.0, TypeError),
+        ("max_features", 0, ValueError),
+    ],
+)
+def test_constructor_arguments_are_checked_by_name(option, value, error):
+    with pytest.raises(error, match=rf"^{option} must"):
+        RIBPFilter(linear_gaussian, **{option: value})
+
+
+def test_constructor_takes_numpy_integers():
+    filt = RIBPFilter(linear_gaussian, num_steps=np.int64(3), max_features=np.int32(4))
+    assert filt.num_steps == 3 and type(filt.num_steps) is int
+    with pytest.raises(TypeError, match=r"^model must be a NumPyro model function"):
+        RIBPFilter("linear_gaussian")
+
+
+@pytest.mark.parametrize("value", [np.nan, 0, 2.5, True])
+def test_read_out_sizes_are_checked_by_name(poisson_run, counts, value):
+    res, filt = poisson_run, poisson_run.engine
+    key = random.PRNGKey(0)
+    for name in ("num_samples", "batch_size"):
+        with pytest.raises((TypeError, ValueError), match=f"^{name} must be a positive integer"):
+            res.log_predictive(counts[:2], rng_key=key, **{name: value})
+    with pytest.raises((TypeError, ValueError), match=r"^batch_size must be a positive integer"):
+        res.feature_use(counts[:2], batch_size=value)
+    with pytest.raises((TypeError, ValueError), match=r"^num_draws must be a positive integer"):
+        filt.posterior_draws(key, res.state, value)
+
+
+def test_log_predictive_needs_a_prng_key(poisson_run, counts):
+    res = poisson_run
+    with pytest.raises(TypeError, match="rng_key"):
+        res.log_predictive(counts[:2])
+    for key in (None, 0, np.zeros(3, np.uint32)):
+        with pytest.raises(TypeError, match=r"^rng_key must be a JAX PRNG key"):
+            res.log_predictive(counts[:2], rng_key=key)
+        with pytest.raises(TypeError, match=r"^rng_key must be a JAX PRNG key"):
+            res.engine.log_predictive(res.state, counts[:2], rng_key=key)
+
+
 # ---------------------------------------------------------------------------- 6. cache key
 def shifted_prior(loc, obs=None, *, num_obs=1, dim=2, max_features=4):
     z = numpyro.sample("Z", RecursiveIBP(1.0, 1.0, num_rows=num_obs, max_features=max_features))

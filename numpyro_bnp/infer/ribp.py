@@ -106,10 +106,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax, random
+from jax import lax
 from jax.scipy.special import xlogy
+from numpyro.util import is_prng_key
 
-from numpyro_bnp._checks import finite_in_dtype
+from numpyro_bnp._checks import (
+    finite_in_dtype,
+    floating_dtype,
+    model_function,
+    positive_int,
+    unit_interval,
+)
 from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_predictive, streaming
@@ -215,27 +222,20 @@ class RIBPFilter:
         truncation_tol=1e-3,
         dtype=None,
     ):
-        if not callable(model):
-            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
-        for name, value in (("num_steps", num_steps), ("max_features", max_features)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        model_function(model)
+        if num_steps is not None:
+            num_steps = positive_int(num_steps, "num_steps")
+        if max_features is not None:
+            max_features = positive_int(max_features, "max_features")
         if feature_update not in ("birth", "collapsed", "paper"):
             raise ValueError(
                 f"feature_update must be 'birth', 'collapsed' or 'paper', got {feature_update!r}"
             )
         if likelihood not in ("auto", "generic"):
             raise ValueError(f"likelihood must be 'auto' or 'generic', got {likelihood!r}")
-        if isinstance(newton_steps, bool) or not isinstance(newton_steps, int) or newton_steps < 1:
-            raise ValueError(f"newton_steps must be a positive integer, got {newton_steps!r}")
-        for name, value in (
-            ("retire_threshold", retire_threshold),
-            ("truncation_tol", truncation_tol),
-        ):
-            if not 0.0 < value < 1.0:
-                raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+        newton_steps = positive_int(newton_steps, "newton_steps")
+        retire_threshold = unit_interval(retire_threshold, "retire_threshold")
+        truncation_tol = unit_interval(truncation_tol, "truncation_tol")
         self.model = model
         self.num_steps = num_steps
         self.max_features = max_features
@@ -243,9 +243,9 @@ class RIBPFilter:
         self.feature_update = feature_update
         self.ossify = bool(ossify)
         self.newton_steps = newton_steps
-        self.retire_threshold = float(retire_threshold)
-        self.truncation_tol = float(truncation_tol)
-        self.dtype = jnp.dtype(dtype or jnp.result_type(float))
+        self.retire_threshold = retire_threshold
+        self.truncation_tol = truncation_tol
+        self.dtype = floating_dtype(dtype)
         self.spec = None
         self._spec_key = None
 
@@ -793,9 +793,12 @@ class RIBPFilter:
     # ------------------------------------------------------------------ read-outs
     def posterior_draws(self, rng_key, state, num_draws):
         """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
+        self._require_init()
+        _check_key(rng_key)
+        num_draws = positive_int(num_draws, "num_draws")
         return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws)
 
-    def log_predictive(self, state, test_obs, *, rng_key=None, num_samples=1000, batch_size=256):
+    def log_predictive(self, state, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """Log posterior predictive of each test row, importance-sampled over ``z``.
 
         Each row is treated as observation ``n + 1``: ``z`` has the filtering prior ``π`` and the
@@ -814,22 +817,38 @@ class RIBPFilter:
         lower bound).
 
         :param test_obs: ``(M, D)``.
+        :param rng_key: a JAX PRNG key (required: the estimate is random), split over the rows.
+        :param int num_samples: importance samples per row.
+        :param int batch_size: rows per compiled call.
         :return: ``(M,)`` estimates of ``log p(o | data)``.
         """
         self._require_init()
+        _check_key(rng_key)
+        num_samples = positive_int(num_samples, "num_samples")
+        batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(test_obs, name="test_obs"))
-        key = random.PRNGKey(0) if rng_key is None else rng_key
-        return _ribp_predictive.log_predictive(self, state, obs, key, num_samples, batch_size)
+        return _ribp_predictive.log_predictive(self, state, obs, rng_key, num_samples, batch_size)
 
     def feature_use(self, state, obs, *, batch_size=1024):
         """``(M, K)`` probabilities ``b`` that each row of ``obs`` uses each slot.
 
         Each row is treated as the next observation (filtering prior ``π``) and fitted by the
         filter's coordinate ascent with the features held fixed; the state is not changed.
+
+        :param int batch_size: rows per compiled call.
         """
         self._require_init()
+        batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(obs, name="obs"))
         return _ribp_predictive.feature_use(self, state, obs, batch_size)
+
+
+def _check_key(rng_key):
+    """``TypeError`` naming ``rng_key`` unless it is one JAX PRNG key."""
+    if rng_key is None or not is_prng_key(rng_key):
+        raise TypeError(
+            f"rng_key must be a JAX PRNG key such as jax.random.PRNGKey(0), got {rng_key!r}"
+        )
 
 
 class RIBPResult(streaming.StreamingResult):
@@ -859,9 +878,9 @@ class RIBPResult(streaming.StreamingResult):
         """``(K+,)`` probability that the next observation uses each active feature (Eq. 5)."""
         return np.asarray(self.engine.prior(self.state))[np.asarray(self.active)]
 
-    def feature_use(self, obs):
+    def feature_use(self, obs, *, batch_size=1024):
         """See :meth:`RIBPFilter.feature_use`."""
-        return self.engine.feature_use(self.state, obs)
+        return self.engine.feature_use(self.state, obs, batch_size=batch_size)
 
     def refine(self, data, **options):
         """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.
@@ -873,8 +892,8 @@ class RIBPResult(streaming.StreamingResult):
         result.refine_traces = traces
         return result
 
-    def log_predictive(self, test_obs, *, rng_key=None, num_samples=1000):
+    def log_predictive(self, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """See :meth:`RIBPFilter.log_predictive`."""
         return self.engine.log_predictive(
-            self.state, test_obs, rng_key=rng_key, num_samples=num_samples
+            self.state, test_obs, rng_key=rng_key, num_samples=num_samples, batch_size=batch_size
         )
