@@ -202,8 +202,9 @@ class RIBPFilter:
         >>> res = RIBPFilter(linear_gaussian).run(
         ...     random.PRNGKey(0), data, num_obs=1, dim=6, alpha=1.0, sigma_o=0.1,
         ...     progress_bar=False)
-        >>> res.features["mean"].shape
-        (3, 6)
+        >>> k_active, dim = res.features["mean"].shape  # (K+, D): the active features
+        >>> dim
+        6
     """
 
     progress_key = "num_features"
