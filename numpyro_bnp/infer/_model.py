@@ -266,12 +266,15 @@ class FeatureModel:
         with jax.ensure_compile_time_eval():
             ok = np.asarray(support.check(arr[:, None, :]))
         ok = np.broadcast_to(ok, np.broadcast_shapes(ok.shape, arr[:, None, :].shape))
-        ok = ok.reshape(arr.shape[0], -1).all(axis=1)
+        ok = ok.all(axis=1)  # (n, D)
         if not ok.all():
-            row = int(np.argmin(ok))
+            row = int(np.argmin(ok.all(axis=1)))
+            col = int(np.argmin(ok[row]))
+            value = float(arr[row, col])
             raise ValueError(
                 f"{name} holds values outside the support of the observed site "
-                f"{self.obs_site!r} ({support}) (first bad row: {row}, {arr[row].tolist()})"
+                f"{self.obs_site!r} ({support}) (first bad row: {row}, value {value!r} in column "
+                f"{col})"
             )
 
     def row_log_likelihood(self, z, a, obs, w=None):
