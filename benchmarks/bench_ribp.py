@@ -396,7 +396,9 @@ def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
         res = filt.run(random.PRNGKey(0), train, chunk_size=512, progress_bar=False, **KWARGS)
         jax.block_until_ready(res.state)
         seconds = time.perf_counter() - t0
-        lp = np.asarray(res.log_predictive(test, num_samples=num_is), np.float64)
+        lp = np.asarray(
+            res.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_is), np.float64
+        )
         rows.append(
             (
                 n,
@@ -415,7 +417,10 @@ def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
             refined = res.refine(train, num_passes=REFINE_PASSES, start=start)
             jax.block_until_ready(refined.state)
             seconds = time.perf_counter() - t0
-            lp = np.asarray(refined.log_predictive(test, num_samples=num_is), np.float64)
+            lp = np.asarray(
+                refined.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_is),
+                np.float64,
+            )
             rows.append(
                 (
                     n,

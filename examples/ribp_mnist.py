@@ -172,7 +172,10 @@ def main(argv=None):
             f"({time.perf_counter() - start:.0f} s)"
         )
     if len(held):
-        scores = {name: np.asarray(fit.log_predictive(held)) for name, fit in fits.items()}
+        scores = {
+            name: np.asarray(fit.log_predictive(held, rng_key=random.PRNGKey(0)))
+            for name, fit in fits.items()
+        }
         for name, score in scores.items():
             print(f"held-out log predictive per image, {name}: {score.mean():.1f}", end="")
             if name != "filter":

@@ -93,12 +93,12 @@ def test_linear_gaussian_recovery(alpha, dim):
     count = res.traces["num_features"]
     assert true_count / 3 <= count[-1] <= 3 * true_count  # order of magnitude of the truth
 
-    lp = np.asarray(res.log_predictive(test, num_samples=1000))
+    lp = np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=1000))
     with pytest.warns(RuntimeWarning, match="truncated"):
         wrong = RIBPFilter(linear_gaussian, max_features=1).run(
             random.PRNGKey(0), train, progress_bar=False, **kwargs
         )
-    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=1000))
+    lp_wrong = np.asarray(wrong.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=1000))
     gap, se = _paired_gap(lp, lp_wrong)
     assert gap > 5 * se  # beats a finite model with the wrong K
     oracle = _oracle_log_predictive(z[:num_train], a, test, sigma_o)
@@ -125,12 +125,12 @@ def test_factor_analysis_recovery():
     true_count = (z[:num_train].sum(0) > 0).sum()
     assert true_count / 3 <= res.traces["num_features"][-1] <= 3 * true_count
 
-    lp = np.asarray(res.log_predictive(test, num_samples=500))
+    lp = np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=500))
     with pytest.warns(RuntimeWarning, match="truncated"):
         wrong = RIBPFilter(factor_analysis, max_features=1).run(
             random.PRNGKey(0), train, progress_bar=False, **kwargs
         )
-    lp_wrong = np.asarray(wrong.log_predictive(test, num_samples=500))
+    lp_wrong = np.asarray(wrong.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=500))
     gap, se = _paired_gap(lp, lp_wrong)
     assert gap > 5 * se
 
@@ -168,7 +168,10 @@ def test_birth_keeps_the_feature_count_growing():
     stalled = runs["paper"].traces["num_features"][[29, num_train - 1]]
     assert stalled[1] - stalled[0] < (truth[1] - truth[0]) / 3  # the failure the option fixes
 
-    lp = {m: np.asarray(r.log_predictive(test, num_samples=1000)) for m, r in runs.items()}
+    lp = {
+        m: np.asarray(r.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=1000))
+        for m, r in runs.items()
+    }
     gap, se = _paired_gap(lp["birth"], lp["paper"])
     assert gap > 3 * se
 
@@ -216,7 +219,7 @@ def test_generic_path_learns_a_poisson_model():
         random.PRNGKey(0), train, progress_bar=False, num_obs=1, dim=dim, alpha=1.0
     )
     assert res.engine.kind == "generic"
-    lp = np.asarray(res.log_predictive(test, num_samples=1000))
+    lp = np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=1000))
     # baseline: independent Poisson per dimension at the training means (the MLE)
     baseline = poisson.logpmf(test, train.mean(0)).sum(1)
     gap, se = _paired_gap(lp, baseline)

@@ -29,7 +29,7 @@ def _data(seed):
 
 
 def _score(result, test):
-    lp = np.asarray(result.log_predictive(test, num_samples=1000))
+    lp = np.asarray(result.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=1000))
     return result.features["mean"].shape[0], lp
 
 

@@ -45,13 +45,17 @@ def run(
     filt = RIBPFilter(linear_gaussian, max_features=48)
     result = filt.run(random.PRNGKey(seed), train, chunk_size=256, progress_bar=False, **kwargs)
     elapsed = time.perf_counter() - start
-    score = np.asarray(result.log_predictive(test, num_samples=num_samples))
+    score = np.asarray(
+        result.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_samples)
+    )
     with warnings.catch_warnings():  # one slot is (knowingly) truncated
         warnings.simplefilter("ignore", RuntimeWarning)
         single = RIBPFilter(linear_gaussian, max_features=1).run(
             random.PRNGKey(seed), train, chunk_size=256, progress_bar=False, **kwargs
         )
-    single_score = np.asarray(single.log_predictive(test, num_samples=num_samples))
+    single_score = np.asarray(
+        single.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_samples)
+    )
 
     print(f"{'observations':>12} {'features':>9} {'active':>7}")
     for t in sorted({min(t, len(train)) for t in (10, 100, 1000, len(train))}):

@@ -9,7 +9,12 @@ Latent feature models (:func:`read_feature_model`) need
 * exactly one sample site whose distribution is a
   :class:`~numpyro_bnp.distributions.RecursiveIBP` (the binary ``N x K`` matrix ``Z``);
 * the **observed site**: the one observed site, or, when the model is traced without data
-  (``obs=None``), the last sample site of the trace; its value has shape ``(N, D)``;
+  (``obs=None``), the last sample site of the trace; its value has shape ``(N, D)`` and its
+  distribution factorises over the ``D`` columns given ``Z`` and ``A``: once its ``Independent`` /
+  ``ExpandedDistribution`` wrappers are removed it is univariate (event shape ``()``), so
+  ``Poisson(...).to_event(2)`` is fine and ``MultivariateNormal``, ``Dirichlet`` or
+  ``Multinomial`` over ``D`` are not (the engines' per-column updates assume the factorisation);
+  new data are checked against its support (:meth:`FeatureModel.check_observed`);
 * the **feature site**: a ``Normal`` ``(K, D)`` site, i.i.d. over the ``K`` rows (its mean and
   variance may vary over the ``D`` columns);
 * optionally a **weight site**: a ``Normal`` ``(N, K)`` site with one mean and variance for all
@@ -36,9 +41,11 @@ Latent trait models with a completely random measure prior are read by
 
 Every reader starts from :class:`TracedSites`: one trace of the model, its sample sites, and its
 errors, each naming the engine, what it expected (or why the model does not fit) and the sites
-found.
+found. Engines that cache what they read (and the code compiled from it) key the cache with
+:func:`model_cache_key`.
 """
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -48,7 +55,9 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
+from numpyro.distributions import constraints
 
+from numpyro_bnp._checks import is_concrete
 from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess
 
 __all__ = [
@@ -57,6 +66,7 @@ __all__ = [
     "RestrictedNumbers",
     "TracedSites",
     "linear_gaussian_noise_var",
+    "model_cache_key",
     "normal_params",
     "observed_site",
     "read_feature_model",
@@ -71,6 +81,32 @@ def unwrap(fn):
     while isinstance(fn, dist.Independent | dist.ExpandedDistribution):
         fn = fn.base_dist
     return fn
+
+
+def model_cache_key(model, model_args=(), model_kwargs=None):
+    """A key, compared with ``==``, that is equal for two calls exactly when they read one model.
+
+    The model function by identity; the arguments by value: every array leaf (NumPy or JAX) by a
+    SHA-256 hash of its bytes with its dtype and shape, every other leaf by its type and value,
+    and the tree structure. ``repr`` would not do: NumPy abbreviates arrays over 1,000 elements,
+    so two different arrays print alike. Returns ``None`` when a leaf is a JAX tracer (nothing to
+    compare on the host: do not cache).
+    """
+    tree = (tuple(model_args), sorted(dict(model_kwargs or {}).items(), key=lambda kv: kv[0]))
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if not is_concrete(leaves):
+        return None
+    keys = []
+    for leaf in leaves:
+        if isinstance(leaf, np.ndarray | np.generic | jax.Array):
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                leaf = jax.random.key_data(leaf)
+            arr = np.ascontiguousarray(np.asarray(leaf))
+            digest = hashlib.sha256(arr.view(np.uint8).reshape(-1)).hexdigest()
+            keys.append(("array", arr.dtype.str, arr.shape, digest))
+        else:
+            keys.append((type(leaf), leaf))
+    return model, treedef, tuple(keys)
 
 
 def sites_of(sites, kind, shape=None):
@@ -216,6 +252,30 @@ class FeatureModel:
     weight_var: float = 1.0
     noise_var: np.ndarray | None = None
     site_summary: tuple = field(default=())
+    obs_support: object = None
+
+    def check_observed(self, values, name):
+        """Raise ``ValueError`` unless every row of ``values`` ``(n, D)`` is in the support of the
+        observed site's distribution (e.g. non-negative integers for a ``Poisson``, 0 and 1 for a
+        ``Bernoulli``); the message names ``name`` and the first bad row. Host-side."""
+        support = self.obs_support
+        if support is None or constraints.is_dependent(support):
+            return
+        arr = np.asarray(values)
+        # rows against the traced parameters of the support, e.g. integer_interval(0, n)
+        with jax.ensure_compile_time_eval():
+            ok = np.asarray(support.check(arr[:, None, :]))
+        ok = np.broadcast_to(ok, np.broadcast_shapes(ok.shape, arr[:, None, :].shape))
+        ok = ok.all(axis=1)  # (n, D)
+        if not ok.all():
+            row = int(np.argmin(ok.all(axis=1)))
+            col = int(np.argmin(ok[row]))
+            value = float(arr[row, col])
+            raise ValueError(
+                f"{name} holds values outside the support of the observed site "
+                f"{self.obs_site!r} ({support}) (first bad row: {row}, value {value!r} in column "
+                f"{col})"
+            )
 
     def row_log_likelihood(self, z, a, obs, w=None):
         """``log p(o | z, A[, w])`` of ONE observation through the model's own observed site.
@@ -269,6 +329,14 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     obs = observed_site(rest, num_rows, "the RecursiveIBP site", fail)
     obs_shape = tuple(jnp.shape(obs["value"]))
     dim = obs_shape[1]
+    obs_base = unwrap(obs["fn"])
+    if obs_base.event_shape != ():
+        read.reject(
+            f"the observed site {obs['name']!r} must factorise over its last axis (the D={dim} "
+            f"output dimensions) given the features, but its distribution "
+            f"{type(obs_base).__name__} has event shape {obs_base.event_shape} and couples "
+            "them; use a univariate distribution, wrapped with .to_event() if needed"
+        )
 
     latent = [s for s in rest if s is not obs]
     features = _feature_site(latent, max_features, dim, fail)
@@ -301,6 +369,7 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
         obs_site=obs["name"],
         dim=dim,
         site_summary=read.summary,
+        obs_support=obs_base.support,
     )
     if weights is not None:
         w_loc, w_var = normal_params(weights, (num_rows, max_features))

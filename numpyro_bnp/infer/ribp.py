@@ -55,12 +55,27 @@ Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
 * **factor analysis** (``o_n ~ N((z_n ⊙ w_n) A, diag σ²)``): adds the Gaussian weight update
   (paper App. B.3, Eq. 12, a K x K Cholesky solve per step);
 * **generic**: any likelihood that is differentiable in the features and factorises over the D
-  output dimensions given ``z`` and ``A`` (Poisson counts, Bernoulli pixels, ...). The same
+  output dimensions given ``z`` and ``A`` (Poisson counts, Bernoulli pixels, ...; the model reader
+  rejects one that does not, such as a ``MultivariateNormal`` over D, and each batch is checked
+  against the likelihood's support). The same
   variational family; each slot's Gaussian gets Newton steps on the per-observation objective with
   the gradient and diagonal Hessian of the model's own log-likelihood (through handlers, other
   indicators plugged in at their means ``b``), and its logit gets the likelihood difference between
   ``z_l = 1`` and ``z_l = 0`` with a second-order correction for the feature's variance. On a
   linear-Gaussian model one Newton step is exact and the path equals the closed form.
+
+  **Newton safeguard.** A full Newton step can overshoot far when the likelihood's curvature
+  grows along the step: for counts ``~ Poisson(200)`` under a log link (``D = 5``, ``α = 3``,
+  ``σ_A = 1``) the first step from the prior (rate ``e⁰ = 1``, gradient ``≈ 199`` per entry)
+  lands near a log-rate of 97, ``e^97`` is infinite in float32, and the unguarded filter's whole
+  state was NaN from the first row on, without a warning. So each step is safeguarded: a
+  gradient or curvature entry that is not finite counts as zero, the curvature is floored at 0
+  (the step's variance never exceeds the prior's), and the step is halved, at most
+  ``MAX_HALVINGS`` times and else dropped, until the slot's objective (its weighted
+  log-likelihood plus the log prior of its feature) does not decrease, up to rounding. On those
+  counts the filter then fits (the plug-in rate is within 1 % of the data mean); on a
+  linear-Gaussian model the full step lands on the maximum, is always taken, and the path still
+  equals the closed form.
 
 Each coordinate-ascent step is one sweep over the slots (forward on even steps, backward on odd
 steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11 against the prior frozen at
@@ -91,16 +106,26 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax, random
+from jax import lax
 from jax.scipy.special import xlogy
+from numpyro.util import is_prng_key
 
+from numpyro_bnp._checks import (
+    finite_in_dtype,
+    floating_dtype,
+    model_function,
+    positive_int,
+    unit_interval,
+)
 from numpyro_bnp._math import poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_predictive, streaming
-from numpyro_bnp.infer._model import read_feature_model
+from numpyro_bnp.infer._model import model_cache_key, read_feature_model
 from numpyro_bnp.infer._ribp_refine import _logit, refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
+
+MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
 
 
 class RIBPState(NamedTuple):
@@ -156,7 +181,8 @@ class RIBPFilter:
     :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"``; see the
         module docstring.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
-    :param int newton_steps: Newton steps per slot and sweep in the generic path.
+    :param int newton_steps: Newton steps per slot and sweep in the generic path (each one
+        safeguarded, see the module docstring).
     :param float retire_threshold: existence probability below which a hole is retired.
     :param float truncation_tol: prior mass beyond the capacity that triggers growth or a warning.
     :param dtype: floating dtype of the state; default ``jnp.result_type(float)`` (float32
@@ -176,8 +202,9 @@ class RIBPFilter:
         >>> res = RIBPFilter(linear_gaussian).run(
         ...     random.PRNGKey(0), data, num_obs=1, dim=6, alpha=1.0, sigma_o=0.1,
         ...     progress_bar=False)
-        >>> res.features["mean"].shape  # (K+, D): the active features' means
-        (..., 6)
+        >>> k_active, dim = res.features["mean"].shape  # (K+, D): the active features
+        >>> dim
+        6
     """
 
     progress_key = "num_features"
@@ -196,27 +223,20 @@ class RIBPFilter:
         truncation_tol=1e-3,
         dtype=None,
     ):
-        if not callable(model):
-            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
-        for name, value in (("num_steps", num_steps), ("max_features", max_features)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        model_function(model)
+        if num_steps is not None:
+            num_steps = positive_int(num_steps, "num_steps")
+        if max_features is not None:
+            max_features = positive_int(max_features, "max_features")
         if feature_update not in ("birth", "collapsed", "paper"):
             raise ValueError(
                 f"feature_update must be 'birth', 'collapsed' or 'paper', got {feature_update!r}"
             )
         if likelihood not in ("auto", "generic"):
             raise ValueError(f"likelihood must be 'auto' or 'generic', got {likelihood!r}")
-        if isinstance(newton_steps, bool) or not isinstance(newton_steps, int) or newton_steps < 1:
-            raise ValueError(f"newton_steps must be a positive integer, got {newton_steps!r}")
-        for name, value in (
-            ("retire_threshold", retire_threshold),
-            ("truncation_tol", truncation_tol),
-        ):
-            if not 0.0 < value < 1.0:
-                raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+        newton_steps = positive_int(newton_steps, "newton_steps")
+        retire_threshold = unit_interval(retire_threshold, "retire_threshold")
+        truncation_tol = unit_interval(truncation_tol, "truncation_tol")
         self.model = model
         self.num_steps = num_steps
         self.max_features = max_features
@@ -224,18 +244,18 @@ class RIBPFilter:
         self.feature_update = feature_update
         self.ossify = bool(ossify)
         self.newton_steps = newton_steps
-        self.retire_threshold = float(retire_threshold)
-        self.truncation_tol = float(truncation_tol)
-        self.dtype = jnp.dtype(dtype or jnp.result_type(float))
+        self.retire_threshold = retire_threshold
+        self.truncation_tol = truncation_tol
+        self.dtype = floating_dtype(dtype)
         self.spec = None
         self._spec_key = None
 
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs):
         # the compiled functions bake in the model's constants: reuse them (and skip the trace)
-        # only for the same model arguments
-        key = (repr(model_args), repr(sorted(model_kwargs.items())))
-        if key == self._spec_key:
+        # only for the same model arguments, compared by value (see model_cache_key)
+        key = model_cache_key(self.model, model_args, model_kwargs)
+        if key is not None and key == self._spec_key:
             return
         spec = read_feature_model(self.model, model_args, model_kwargs, engine="RIBPFilter")
         kind = spec.likelihood if self.likelihood == "auto" else "generic"
@@ -245,9 +265,37 @@ class RIBPFilter:
                 f"{spec.weight_site!r} with a non-Gaussian or non-linear likelihood "
                 f"(sites: {'; '.join(spec.site_summary)})"
             )
+        # constants finite in float64 can overflow or vanish in the working dtype (σ = 1e20
+        # squared, 1/σ² for σ = 1e-30 in float32) and would turn the whole state into NaN
+        dt = self.dtype
+        obs, feat = repr(spec.obs_site), repr(spec.feature_site)
+        constants = [
+            (spec.alpha, f"alpha of the RecursiveIBP site {spec.ibp_site!r}", True),
+            (spec.beta, f"beta of the RecursiveIBP site {spec.ibp_site!r}", True),
+            (spec.feature_loc, f"the prior mean of the feature site {feat}", False),
+            (spec.feature_var, f"the prior variance of the feature site {feat}", True),
+        ]
+        if spec.noise_var is not None:
+            with np.errstate(divide="ignore"):
+                noise_prec = 1.0 / spec.noise_var
+            constants += [
+                (
+                    noise_prec,
+                    f"the noise precision 1/σ² of the observed site {obs}",
+                    True,
+                ),
+                (spec.noise_var, f"the noise variance σ² of the observed site {obs}", True),
+            ]
+        if spec.weight_site is not None:
+            weight = repr(spec.weight_site)
+            constants += [
+                (spec.weight_loc, f"the prior mean of the weight site {weight}", False),
+                (spec.weight_var, f"the prior variance of the weight site {weight}", True),
+            ]
+        for value, name, positive in constants:
+            finite_in_dtype(value, name, dtype=dt, positive=positive)
         self.spec, self.kind = spec, kind
         self.dim = spec.dim
-        dt = self.dtype
         self._ibp = RecursiveIBP(
             jnp.asarray(spec.alpha, dt), jnp.asarray(spec.beta, dt), num_rows=1, max_features=1
         )
@@ -294,9 +342,16 @@ class RIBPFilter:
 
     # ------------------------------------------------------------------ streaming protocol
     def check_batch(self, batch, name="batch"):
-        """Validate a batch ``(n, D)`` on the host (see :func:`streaming.check_batch`)."""
+        """Validate a batch ``(n, D)`` on the host (see :func:`streaming.check_batch`).
+
+        The rows must also lie in the support of the model's observed site (e.g. non-negative
+        integers for a Poisson likelihood, 0/1 for a Bernoulli one): values the likelihood
+        cannot hold would give ``-inf`` or silently wrong log-densities.
+        """
         self._require_init()
-        return streaming.check_batch(batch, dim=self.dim, dtype=self.dtype, name=name)
+        arr = streaming.check_batch(batch, dim=self.dim, dtype=self.dtype, name=name)
+        self.spec.check_observed(arr, name)
+        return arr
 
     @staticmethod
     def capacity(state):
@@ -532,11 +587,22 @@ class RIBPFilter:
         return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
 
     def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
-        """Newton / delta-method coordinate ascent on the model's own log-likelihood."""
+        """Newton / delta-method coordinate ascent on the model's own log-likelihood.
+
+        Each Newton step is safeguarded (see the module docstring): a gradient or curvature that
+        is not finite counts as zero, and the step is halved until the slot's objective
+        (weighted log-likelihood plus log prior) does not decrease, or dropped.
+        """
         mu0, var0, S = state.mean, state.var, state.running_sum
-        loglik = self.spec.row_log_likelihood
         capacity = mu0.shape[0]
+
+        def loglik(z, a, o):  # in the working dtype (a model's constants may promote it)
+            return self.spec.row_log_likelihood(z, a, o).astype(self.dtype)
+
         born = self._born(state)  # slots scored with the feature integrated out (or None)
+        # rounding allowance of the "does not decrease" test: an exact Newton step (Gaussian
+        # likelihood) lands on the maximum, where the objective agrees to a few ulps
+        slack = 16 * jnp.finfo(self.dtype).eps
 
         def slot(i, carry, reverse):
             b, mean, var = carry
@@ -548,16 +614,40 @@ class RIBPFilter:
 
             def grad_and_curv(a_l):
                 g, hv = jax.jvp(jax.grad(f), (a_l,), (jnp.ones_like(a_l),))
-                return g, jnp.maximum(-hv, 0.0)  # diagonal curvature (factorised likelihood)
+                ok = jnp.isfinite(g) & jnp.isfinite(hv)
+                # diagonal curvature (factorised likelihood), floored at 0: the step's variance
+                # stays below the prior's; a non-finite entry contributes nothing
+                return jnp.where(ok, g, 0.0), jnp.where(ok, jnp.maximum(-hv, 0.0), 0.0)
 
             mu_l, mu0_l, var0_l = mean[l], mu0[l], var0[l]
             born_l = jnp.zeros((), bool) if born is None else born[l, 0]
             weight = jnp.where(born_l, 1.0, b[l])
+
+            def objective(a_l):  # the slot's share of the per-observation objective
+                fit = jnp.where(weight > 0, weight * f(a_l), 0.0)
+                return fit - 0.5 * jnp.sum((a_l - mu0_l) ** 2 / var0_l)
+
+            def newton(mu_l):
+                g, h = grad_and_curv(mu_l)
+                var_l = 1.0 / (1.0 / var0_l + weight * h)
+                step = var_l * (weight * g - (mu_l - mu0_l) / var0_l)
+                start = objective(mu_l)
+                floor = start - slack * (1.0 + jnp.abs(start))
+
+                def worse(c):  # NaN and -inf are worse than anything
+                    return ~(c[2] >= floor) & (c[0] < MAX_HALVINGS)
+
+                def halve(c):
+                    t = 0.5 * c[1]
+                    return c[0] + 1, t, objective(mu_l + t * step)
+
+                one = jnp.ones((), step.dtype)
+                _, t, value = lax.while_loop(worse, halve, (0, one, objective(mu_l + step)))
+                return mu_l + jnp.where(value >= floor, t, 0.0) * step, var_l
+
             if update_features or born is not None:
                 for _ in range(self.newton_steps):
-                    g, h = grad_and_curv(mu_l)
-                    var_l = 1.0 / (1.0 / var0_l + weight * h)
-                    mu_l = mu_l + var_l * (weight * g - (mu_l - mu0_l) / var0_l)
+                    mu_l, var_l = newton(mu_l)
                 if self.ossify:
                     total = b[l] + S[l]
                     keep = (total > 0) & ~born_l  # born: see _commit
@@ -577,6 +667,8 @@ class RIBPFilter:
                 shift = mu_l - mu0_l
                 kl = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + shift**2 / var0_l)
                 logit = logit - jnp.where(born_l, kl, 0.0)
+            # both indicator values impossible (-inf - -inf): no evidence, keep the prior's
+            logit = jnp.where(jnp.isnan(logit), prior_logit[l], logit)
             b = b.at[l].set(jax.nn.sigmoid(logit))
             return b, mean, var.at[l].set(var_l)
 
@@ -702,9 +794,12 @@ class RIBPFilter:
     # ------------------------------------------------------------------ read-outs
     def posterior_draws(self, rng_key, state, num_draws):
         """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
+        self._require_init()
+        _check_key(rng_key)
+        num_draws = positive_int(num_draws, "num_draws")
         return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws)
 
-    def log_predictive(self, state, test_obs, *, rng_key=None, num_samples=1000, batch_size=256):
+    def log_predictive(self, state, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """Log posterior predictive of each test row, importance-sampled over ``z``.
 
         Each row is treated as observation ``n + 1``: ``z`` has the filtering prior ``π`` and the
@@ -723,22 +818,38 @@ class RIBPFilter:
         lower bound).
 
         :param test_obs: ``(M, D)``.
+        :param rng_key: a JAX PRNG key (required: the estimate is random), split over the rows.
+        :param int num_samples: importance samples per row.
+        :param int batch_size: rows per compiled call.
         :return: ``(M,)`` estimates of ``log p(o | data)``.
         """
         self._require_init()
+        _check_key(rng_key)
+        num_samples = positive_int(num_samples, "num_samples")
+        batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(test_obs, name="test_obs"))
-        key = random.PRNGKey(0) if rng_key is None else rng_key
-        return _ribp_predictive.log_predictive(self, state, obs, key, num_samples, batch_size)
+        return _ribp_predictive.log_predictive(self, state, obs, rng_key, num_samples, batch_size)
 
     def feature_use(self, state, obs, *, batch_size=1024):
         """``(M, K)`` probabilities ``b`` that each row of ``obs`` uses each slot.
 
         Each row is treated as the next observation (filtering prior ``π``) and fitted by the
         filter's coordinate ascent with the features held fixed; the state is not changed.
+
+        :param int batch_size: rows per compiled call.
         """
         self._require_init()
+        batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(obs, name="obs"))
         return _ribp_predictive.feature_use(self, state, obs, batch_size)
+
+
+def _check_key(rng_key):
+    """``TypeError`` naming ``rng_key`` unless it is one JAX PRNG key."""
+    if rng_key is None or not is_prng_key(rng_key):
+        raise TypeError(
+            f"rng_key must be a JAX PRNG key such as jax.random.PRNGKey(0), got {rng_key!r}"
+        )
 
 
 class RIBPResult(streaming.StreamingResult):
@@ -768,9 +879,9 @@ class RIBPResult(streaming.StreamingResult):
         """``(K+,)`` probability that the next observation uses each active feature (Eq. 5)."""
         return np.asarray(self.engine.prior(self.state))[np.asarray(self.active)]
 
-    def feature_use(self, obs):
+    def feature_use(self, obs, *, batch_size=1024):
         """See :meth:`RIBPFilter.feature_use`."""
-        return self.engine.feature_use(self.state, obs)
+        return self.engine.feature_use(self.state, obs, batch_size=batch_size)
 
     def refine(self, data, **options):
         """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.
@@ -782,8 +893,8 @@ class RIBPResult(streaming.StreamingResult):
         result.refine_traces = traces
         return result
 
-    def log_predictive(self, test_obs, *, rng_key=None, num_samples=1000):
+    def log_predictive(self, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """See :meth:`RIBPFilter.log_predictive`."""
         return self.engine.log_predictive(
-            self.state, test_obs, rng_key=rng_key, num_samples=num_samples
+            self.state, test_obs, rng_key=rng_key, num_samples=num_samples, batch_size=batch_size
         )
