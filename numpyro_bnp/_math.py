@@ -13,16 +13,36 @@ from jax import lax, random
 from jax.scipy.special import digamma, gammaln, xlogy
 
 __all__ = [
+    "bernoulli_kl",
     "generalized_harmonic",
     "ggp_laplace_exponent",
     "log_beta_levy_tail",
     "log_upper_gamma_neg",
+    "logit",
     "nggp_log_v",
     "nggp_sample_log_u",
+    "normal_kl",
     "poisson_binomial_add_atom",
     "poisson_binomial_log_pmf",
     "poisson_interval_probs",
 ]
+
+
+def logit(p):
+    """``log(p / (1 - p))``, with ``log1p`` so that probabilities near 1 keep their digits."""
+    return jnp.log(p) - jnp.log1p(-p)
+
+
+def normal_kl(mean_q, var_q, mean_p, var_p):
+    r"""Elementwise :math:`\mathrm{KL}(N(μ_q, v_q) \,\|\, N(μ_p, v_p))`; sum it for a diagonal
+    Gaussian: :math:`\tfrac12 (v_q/v_p - 1 - \log(v_q/v_p) + (μ_q - μ_p)^2 / v_p)`."""
+    ratio = var_q / var_p
+    return 0.5 * (ratio - 1.0 - jnp.log(ratio) + (mean_q - mean_p) ** 2 / var_p)
+
+
+def bernoulli_kl(b, q):
+    """Elementwise ``KL(Bern(b) || Bern(q))`` (``0 log 0 = 0``)."""
+    return xlogy(b, b) - xlogy(b, q) + xlogy(1 - b, 1 - b) - xlogy(1 - b, 1 - q)
 
 
 def generalized_harmonic(beta, n):

@@ -99,3 +99,24 @@ def test_poisson_interval_probs_keep_relative_accuracy_for_tiny_increments_in_fl
     relevant = exact > 1e-12
     assert relevant.sum() > 100
     np.testing.assert_allclose(np.asarray(got, np.float64)[relevant], exact[relevant], rtol=2e-4)
+
+
+def test_normal_and_bernoulli_kl_match_numpyro():
+    import numpyro.distributions as dist
+    from numpyro.distributions.kl import kl_divergence
+
+    from numpyro_bnp._math import bernoulli_kl, logit, normal_kl
+
+    rng = np.random.default_rng(3)
+    mq, mp = rng.normal(size=5), rng.normal(size=5)
+    vq, vp = rng.gamma(2.0, size=5), rng.gamma(2.0, size=5)
+    expected = kl_divergence(dist.Normal(mq, np.sqrt(vq)), dist.Normal(mp, np.sqrt(vp)))
+    np.testing.assert_allclose(normal_kl(mq, vq, mp, vp), expected, rtol=1e-12)
+    b, q = np.array([0.0, 0.3, 1.0, 0.9]), np.array([0.2, 0.5, 0.7, 0.9])
+    direct = [
+        sum(p * np.log(p / r) for p, r in ((bi, qi), (1 - bi, 1 - qi)) if p > 0)
+        for bi, qi in zip(b, q, strict=True)
+    ]
+    np.testing.assert_allclose(bernoulli_kl(b, q), direct, rtol=1e-12, atol=1e-15)
+    p = np.array([1e-12, 0.25, 0.5, 1 - 1e-12])
+    np.testing.assert_allclose(logit(p), np.log(p) - np.log1p(-p), rtol=1e-12)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax import lax, random
 from jax.scipy.special import logsumexp
 
-from numpyro_bnp._math import poisson_binomial_log_pmf
+from numpyro_bnp._math import logit, poisson_binomial_log_pmf
 
 _TILT_BRACKET = 300.0  # |θ| bound of the tilt search; logits of float32 probabilities are < 105
 _TILT_STEPS = 64
@@ -105,7 +105,7 @@ def tilts(probs, max_count):
     (almost) all its mass on the extreme count. Any ``θ`` leaves the conditional law unchanged
     (paper B §3.3, spec §7.3); the tilt only moves the proposal's mean count to ``J``.
     """
-    logits = jnp.log(probs) - jnp.log1p(-probs)
+    logits = logit(probs)
     targets = jnp.arange(max_count + 1, dtype=probs.dtype)
 
     def bisect(_, bracket):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import lax, random
 from jax.scipy.special import logsumexp
 
-from numpyro_bnp._math import poisson_binomial_log_pmf
+from numpyro_bnp._math import logit, poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_draw_by_draw,
     tilts,
@@ -108,7 +108,7 @@ def _rows_given_probs(key, probs, count_logits, num_rows, method, max_rejections
         return z, jnp.int32(0), jnp.array(False)
 
     if method == "tilted_rejection":
-        logits = jnp.log(probs) - jnp.log1p(-probs)
+        logits = logit(probs)
         tilted = jax.nn.sigmoid(logits[None, :] + tilts(probs, max_count)[:, None])  # (M+1, I)
     else:
         tilted = jnp.broadcast_to(probs, (max_count + 1, *probs.shape))

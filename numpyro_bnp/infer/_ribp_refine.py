@@ -35,13 +35,11 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import xlogy
 
+from numpyro_bnp._math import logit, normal_kl
+
 __all__ = ["refine_linear_gaussian", "refine_state"]
 
 NUM_ROUNDS = 4  # re-estimations of a candidate feature from the rows that take it
-
-
-def _logit(p):
-    return jnp.log(p) - jnp.log1p(-p)
 
 
 def _feature_sweep(obs, b, mean, active, lam, mu0, var0):
@@ -75,8 +73,8 @@ def _assignment_sweep(obs, b, mean, var, active, lam, beta, new_prob, eps):
         )
         prior = others / (beta + num_rows - 1) + jnp.exp(log_none) * new_prob
         prior = jnp.clip(prior, eps, 1.0 - eps)
-        logit = _logit(prior) + r @ (lam * m_k) - 0.5 * quad_k
-        b_new = jnp.where(act_k, jax.nn.sigmoid(logit), 0.0)
+        score = logit(prior) + r @ (lam * m_k) - 0.5 * quad_k
+        b_new = jnp.where(act_k, jax.nn.sigmoid(score), 0.0)
         return r - b_new[:, None] * m_k, b_new
 
     resid, b_t = lax.scan(slot, resid, (b.T, mean, quad, active))
@@ -89,7 +87,7 @@ def _birth(resid, b, mean, var, active, lam, mu0, var0, new_prob, num_candidates
     log_bf = -0.5 * jnp.sum(jnp.log(lam * spread)) + 0.5 * jnp.sum(
         lam * resid * resid - (resid - mu0) ** 2 / spread, axis=1
     )  # (N,) log N(r; μ₀, Σ₀ + Λ⁻¹) - log N(r; 0, Λ⁻¹)
-    prior_logit = _logit(jnp.clip(new_prob, eps, 1.0 - eps))
+    prior_logit = logit(jnp.clip(new_prob, eps, 1.0 - eps))
     _, rows = lax.top_k(log_bf, num_candidates)
 
     def gains(feat, var):  # (N,) log-likelihood gain of each row taking the candidate feature
@@ -101,8 +99,7 @@ def _birth(resid, b, mean, var, active, lam, mu0, var0, new_prob, num_candidates
             feat = var * (mu0 / var0 + lam * (take @ resid))
             take = jax.nn.sigmoid(prior_logit + gains(feat, var))
         # the ELBO gain of adding it: Σ_n max_b [b (logit + g_n) + H(b)] - N log(1/(1-π)) - KL
-        ratio = var / var0
-        kl = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + (feat - mu0) ** 2 / var0)
+        kl = jnp.sum(normal_kl(feat, var, mu0, var0))
         gain = jnp.sum(
             jax.nn.softplus(prior_logit + gains(feat, var)) - jax.nn.softplus(prior_logit)
         )

@@ -107,7 +107,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.special import xlogy
 from numpyro.util import is_prng_key
 
 from numpyro_bnp._checks import (
@@ -117,11 +116,11 @@ from numpyro_bnp._checks import (
     positive_int,
     unit_interval,
 )
-from numpyro_bnp._math import poisson_interval_probs
+from numpyro_bnp._math import bernoulli_kl, logit, normal_kl, poisson_interval_probs
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_predictive, streaming
 from numpyro_bnp.infer._model import model_cache_key, read_feature_model
-from numpyro_bnp.infer._ribp_refine import _logit, refine_state
+from numpyro_bnp.infer._ribp_refine import refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
 
@@ -382,7 +381,7 @@ class RIBPFilter:
         obs = jnp.asarray(obs, dt)
         eps = jnp.finfo(dt).eps
         q = jnp.clip(self.prior(state), eps, 1.0 - eps)
-        prior_logit = _logit(q)
+        prior_logit = logit(q)
         fit = self._fit_generic if self.kind == "generic" else self._fit_closed_form
         b, mean, var, local = fit(state, obs, q, prior_logit, update_features=True)
         elbo = self._elbo(state, obs, q, b, local)
@@ -529,8 +528,7 @@ class RIBPFilter:
             a, g, var_s = mu0, jnp.zeros_like(mu0), var0
         trace_var = var_s @ lam  # tr(Λ Σ_l)
         if born is not None:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
-            ratio = var_s / var0
-            kl_const = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio), axis=-1)
+            kl_const = jnp.sum(normal_kl(mu0, var_s, mu0, var0), axis=-1)
             born_f = born[:, 0].astype(kl_const.dtype)
         else:
             kl_const = born_f = jnp.zeros_like(trace_var)
@@ -561,7 +559,7 @@ class RIBPFilter:
                 m0, v0 = self.spec.weight_loc, self.spec.weight_var
                 w_var_l = 1.0 / (1.0 / v0 + second)
                 phi_l = w_var_l * (m0 / v0 + data)
-                kl_w = 0.5 * ((w_var_l + (phi_l - m0) ** 2) / v0 - 1.0 - jnp.log(w_var_l / v0))
+                kl_w = normal_kl(phi_l, w_var_l, m0, v0)
                 logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
                 b_new = jax.nn.sigmoid(logit)
                 scalars = [b_new, phi_l, w_var_l]
@@ -663,9 +661,7 @@ class RIBPFilter:
             f0 = loglik(b.at[l].set(0.0), mean, obs)
             logit = prior_logit[l] + f1 - f0
             if born is not None:  # KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰))
-                ratio = var_l / var0_l
-                shift = mu_l - mu0_l
-                kl = 0.5 * jnp.sum(ratio - 1.0 - jnp.log(ratio) + shift**2 / var0_l)
+                kl = jnp.sum(normal_kl(mu_l, var_l, mu0_l, var0_l))
                 logit = logit - jnp.where(born_l, kl, 0.0)
             # both indicator values impossible (-inf - -inf): no evidence, keep the prior's
             logit = jnp.where(jnp.isnan(logit), prior_logit[l], logit)
@@ -685,7 +681,7 @@ class RIBPFilter:
     def _elbo(self, state, obs, q, b, local):
         """ELBO of ``o_n`` under the prior features ``q(A | o_<n)`` and the fitted ``b`` (, w)."""
         mu0, var0 = state.mean, state.var
-        kl = jnp.sum(xlogy(b, b) - xlogy(b, q) + xlogy(1 - b, 1 - b) - xlogy(1 - b, 1 - q))
+        kl = jnp.sum(bernoulli_kl(b, q))
         if self.kind == "generic":
             return self.spec.row_log_likelihood(b, mu0, obs) - kl
         lam = self._noise_prec
@@ -695,7 +691,7 @@ class RIBPFilter:
             phi, w_var = local
             ew2 = phi**2 + w_var
             m0, v0 = self.spec.weight_loc, self.spec.weight_var
-            kl_w = 0.5 * ((w_var + (phi - m0) ** 2) / v0 - 1.0 - jnp.log(w_var / v0))
+            kl_w = normal_kl(phi, w_var, m0, v0)
             kl = kl + jnp.sum(b * kl_w)  # q(w_k | z_k = 0) is the prior
         mean = (b * phi) @ mu0
         spread = (b * ew2) @ (mu0**2 + var0) - (b * phi) ** 2 @ mu0**2
