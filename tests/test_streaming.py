@@ -9,7 +9,7 @@ import pytest
 from jax import random
 
 from numpyro_bnp import arviz_compat
-from numpyro_bnp.infer import RIBPFilter, RIBPState, load
+from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.models import linear_gaussian
 
 KWARGS = dict(num_obs=1, dim=5, alpha=3.0, sigma_a=1.0, sigma_o=0.2)
@@ -37,7 +37,7 @@ def test_save_load_resume_is_bit_for_bit(filt, data, tmp_path):
     full = _run(filt, data)
     first = _run(filt, data[:150])  # 150 is not a multiple of the chunk size
     first.save(tmp_path / "state.npz")
-    resumed = _run(filt, data[150:], init_state=load(tmp_path / "state.npz", RIBPState))
+    resumed = _run(filt, data[150:], init_state=filt.load(tmp_path / "state.npz"))
     assert resumed.state.mean.dtype == jnp.float32
     for a, b in zip(full.state, resumed.state, strict=True):
         assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
