@@ -356,7 +356,7 @@ class RIBPFilter:
         }
         for field, (ok, what) in ranges.items():
             if not np.all(ok):
-                bad = fields[field].reshape(-1)[np.argmin(np.reshape(ok, -1))]
+                bad = fields[field].reshape(-1)[np.argmin(np.reshape(ok, -1))].item()
                 raise ValueError(f"{name}.{field} must be {what}, got {bad!r}")
         if self.max_features is not None and capacity != self.max_features:
             raise ValueError(

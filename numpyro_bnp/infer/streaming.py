@@ -447,7 +447,7 @@ def load(path, engine):
     if missing:
         raise ValueError(f"{path} lacks the state fields {missing}")
     state = state_type(**{f: jnp.asarray(contents[f]) for f in state_type._fields})
-    engine.check_state(state, name=path)
+    engine.check_state(state, name=f"{path}: state")
     capacity = int(contents["__capacity__"])
     if capacity != engine.capacity(state):
         raise ValueError(
