@@ -245,6 +245,18 @@ def test_trace_every_keeps_the_unthinned_rows_at_those_times(filt, data):
         _run(filt, data, trace_every=0)
 
 
+def test_trace_every_over_many_chunks_matches_the_full_traces():
+    """Beyond the merging of the kept rows into blocks (every 64 chunks)."""
+    engine = ReciprocalSum()
+    data = np.random.default_rng(2).uniform(1.0, 2.0, size=(5003, 2))
+    state, traces, time = _stream(engine, data)  # 157 chunks of 32
+    np.testing.assert_array_equal(time, np.arange(1, 5004))
+    thin_state, thin, thin_time = _stream(engine, data, trace_every=10)
+    np.testing.assert_array_equal(thin_time, np.append(np.arange(10, 5001, 10), 5003))
+    np.testing.assert_array_equal(thin["total"], traces["total"][thin_time - 1])
+    np.testing.assert_array_equal(thin_state.total, state.total)
+
+
 def test_loop_speaks_in_the_engines_words(capsys):
     class Full(ReciprocalSum):
         def truncated(self, state):

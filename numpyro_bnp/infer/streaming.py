@@ -209,29 +209,40 @@ class _Traces:
 
     A step is kept when the number of observations absorbed after it is a multiple of
     ``every``; the last step seen is held aside and appended by :meth:`stack` if it was not kept.
-    Memory is O(T / every + chunk size).
+    The kept rows of each chunk are merged into one block every ``merge`` chunks, so memory is
+    O(T / every + chunk size) with a small constant (no Python objects per chunk).
     """
 
+    merge = 64
+
     def __init__(self, every):
-        self.every, self.kept, self.times, self.last = every, [], [], None
+        self.every, self.blocks, self.recent, self.last = every, [], [], None
 
     def add(self, info, time):
         info = {key: np.asarray(value)[: len(time)] for key, value in info._asdict().items()}
         keep = time % self.every == 0
-        self.kept.append({key: value[keep] for key, value in info.items()})
-        self.times.append(time[keep])
         self.last = ({key: value[-1:] for key, value in info.items()}, time[-1:], bool(keep[-1]))
+        if keep.any():
+            self.recent.append(({key: value[keep] for key, value in info.items()}, time[keep]))
+        if len(self.recent) >= self.merge:
+            self.blocks.append(self._concat(self.recent))
+            self.recent = []
+
+    @staticmethod
+    def _concat(pieces):
+        keys = pieces[0][0]
+        traces = {key: np.concatenate([info[key] for info, _ in pieces]) for key in keys}
+        return traces, np.concatenate([time for _, time in pieces])
 
     def stack(self):
+        """``(traces, time)`` of the kept steps and the last one (empty before any step)."""
         if self.last is None:
             return {}, np.zeros(0, np.int64)
-        kept, times = list(self.kept), list(self.times)
+        pieces = self.blocks + self.recent
         last, last_time, was_kept = self.last
         if not was_kept:
-            kept.append(last)
-            times.append(last_time)
-        traces = {key: np.concatenate([info[key] for info in kept]) for key in kept[0]}
-        return traces, np.concatenate(times)
+            pieces = [*pieces, (last, last_time)]
+        return self._concat(pieces)
 
 
 def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True, trace_every=1):
