@@ -333,6 +333,11 @@ def test_checkpoint_records_the_engine_and_file_names_agree(filt, data, tmp_path
     loaded = filt.load(tmp_path / "ckpt")  # ... and load reads it
     for a, b in zip(loaded, res.state, strict=True):
         assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match=r"state.existence must be in \[0, 1\]"):
+        streaming.save(
+            tmp_path / "bad", _corrupt(res.state, existence=res.state.existence + 2), filt
+        )
+    assert not (tmp_path / "bad").exists()
 
 
 def test_checkpoint_is_checked_against_the_engine_that_resumes_it(filt, data, tmp_path):

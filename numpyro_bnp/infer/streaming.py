@@ -22,6 +22,7 @@ What the loop needs from an engine besides ``update`` is the :class:`StreamingEn
 """
 
 import os
+import warnings
 import zipfile
 from typing import Any, Protocol
 
@@ -273,8 +274,6 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
         ``partial_traces`` and ``partial_time`` too. An error inside the engine's update
         propagates as itself.
     """
-    import warnings
-
     from tqdm.auto import tqdm
 
     _check_engine(engine)
@@ -377,8 +376,11 @@ def save(path, state, engine):
     name, its ``kind``, the state's capacity, the engine's dtype and the library version, which
     :func:`load` checks against the engine that resumes the stream. The file is written under a
     temporary name and then renamed, so an interrupted save never leaves a truncated checkpoint.
+
+    :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``.
     """
     _check_engine(engine)
+    engine.check_state(state, name="state")
     path = os.fspath(path)
     arrays = {name: np.asarray(value) for name, value in state._asdict().items()}
     meta = {
