@@ -176,8 +176,8 @@ class RIBPFilter:
         >>> res = RIBPFilter(linear_gaussian).run(
         ...     random.PRNGKey(0), data, num_obs=1, dim=6, alpha=1.0, sigma_o=0.1,
         ...     progress_bar=False)
-        >>> res.features["mean"].shape
-        (3, 6)
+        >>> int(res.state.num_seen), res.features["mean"].shape[1]  # active features: (K+, 6)
+        (500, 6)
     """
 
     # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine)
