@@ -201,12 +201,15 @@ class RIBPFilter:
         >>> res = RIBPFilter(linear_gaussian).run(
         ...     random.PRNGKey(0), data, num_obs=1, dim=6, alpha=1.0, sigma_o=0.1,
         ...     progress_bar=False)
-        >>> k_active, dim = res.features["mean"].shape  # (K+, D): the active features
-        >>> dim
-        6
+        >>> int(res.state.num_seen), res.features["mean"].shape[1]  # active features: (K+, 6)
+        (500, 6)
     """
 
+    # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine)
+    state_type = RIBPState
     progress_key = "num_features"
+    progress_label = "features"
+    capacity_option = "max_features"
 
     def __init__(
         self,
@@ -352,9 +355,76 @@ class RIBPFilter:
         self.spec.check_observed(arr, name)
         return arr
 
+    def check_state(self, state, name="state"):
+        """Check on the host that ``state`` can resume a stream in this filter.
+
+        ``state`` must be an :class:`RIBPState` whose fields have the shapes ``(K, D)`` (mean,
+        var), ``(K,)`` (running_sum, existence) and ``()`` (num_seen, truncation) for the
+        model's ``D``, the filter's dtype (num_seen: int32), finite values in range (var > 0,
+        running_sum >= 0, existence and truncation in [0, 1], num_seen >= 0), and ``K`` equal
+        to ``max_features`` when the filter fixes it.
+
+        :raises TypeError: when ``state`` is not an :class:`RIBPState`.
+        :raises ValueError: naming the first field that does not fit.
+        """
+        self._require_init()
+        if not isinstance(state, RIBPState):
+            raise TypeError(f"{name} must be an RIBPState, got {type(state).__name__}")
+        fields = {field: np.asarray(value) for field, value in state._asdict().items()}
+        mean = fields["mean"]
+        if mean.ndim != 2 or mean.shape[0] < 1 or mean.shape[1] != self.dim:
+            raise ValueError(
+                f"{name}.mean must have shape (K, {self.dim}) for the model's D = {self.dim}, "
+                f"got {mean.shape}"
+            )
+        capacity, dim = mean.shape
+        shapes = {
+            "mean": (capacity, dim),
+            "var": (capacity, dim),
+            "running_sum": (capacity,),
+            "existence": (capacity,),
+            "num_seen": (),
+            "truncation": (),
+        }
+        for field, shape in shapes.items():
+            value = fields[field]
+            if value.shape != shape:
+                raise ValueError(
+                    f"{name}.{field} must have shape {shape} (K = {capacity} slots, from "
+                    f"{name}.mean), got {value.shape}"
+                )
+            want = np.dtype(np.int32) if field == "num_seen" else np.dtype(self.dtype)
+            if value.dtype != want:
+                raise ValueError(
+                    f"{name}.{field} must have dtype {want} (the filter's dtype), got {value.dtype}"
+                )
+            if not np.isfinite(value).all():
+                raise ValueError(f"{name}.{field} holds NaN or infinite values")
+        ranges = {
+            "var": (fields["var"] > 0, "> 0"),
+            "running_sum": (fields["running_sum"] >= 0, ">= 0"),
+            "existence": ((fields["existence"] >= 0) & (fields["existence"] <= 1), "in [0, 1]"),
+            "num_seen": (fields["num_seen"] >= 0, ">= 0"),
+            "truncation": ((fields["truncation"] >= 0) & (fields["truncation"] <= 1), "in [0, 1]"),
+        }
+        for field, (ok, what) in ranges.items():
+            if not np.all(ok):
+                bad = fields[field].reshape(-1)[np.argmin(np.reshape(ok, -1))].item()
+                raise ValueError(f"{name}.{field} must be {what}, got {bad!r}")
+        if self.max_features is not None and capacity != self.max_features:
+            raise ValueError(
+                f"{name} has {capacity} slots but the filter fixes max_features="
+                f"{self.max_features}; build the filter with max_features={capacity}, or None "
+                "to let the capacity grow"
+            )
+
     @staticmethod
     def capacity(state):
         return state.mean.shape[0]
+
+    @staticmethod
+    def num_seen(state):
+        return int(state.num_seen)
 
     def truncated(self, state):
         return bool(state.truncation > self.truncation_tol)
@@ -708,36 +778,50 @@ class RIBPFilter:
         chunk_size=256,
         progress_bar=True,
         init_state=None,
+        trace_every=1,
         **model_kwargs,
     ):
         """Stream ``data`` (an array ``(n, D)`` or an iterable of batches) through the filter.
 
         :param rng_key: a JAX PRNG key (the filter is deterministic; kept for the engine protocol).
-        :param init_state: continue from this state (e.g. :func:`streaming.load`) instead of
-            :meth:`init`; the model is still read from ``model_args``/``model_kwargs``.
+        :param init_state: continue from this state (e.g. :meth:`load`) instead of :meth:`init`;
+            the model is still read from ``model_args``/``model_kwargs`` and the state is
+            checked against it (:meth:`check_state`).
         :param int chunk_size: observations per compiled ``lax.scan``.
+        :param int trace_every: keep the traces of every ``trace_every``-th observation (counted
+            by ``num_seen``) and of the last one; ``result.time`` holds their observation
+            counts. The default 1 keeps every step (about 28 bytes per observation).
         :return: :class:`RIBPResult`.
+        :raises NonFiniteStateError: when a chunk makes the state NaN or infinite (see
+            :func:`streaming.run`; the error carries the last good state).
         """
         state = self.init(rng_key, *model_args, **model_kwargs)
         if init_state is not None:
-            if not isinstance(init_state, RIBPState) or init_state.mean.shape[1] != self.dim:
-                raise ValueError(f"init_state must be an RIBPState with D={self.dim}")
+            self.check_state(init_state, "init_state")
             state = init_state
-        start = int(state.num_seen)
-        final, traces = streaming.run(
+        final, traces, time = streaming.run(
             self,
             state,
             data,
             chunk_size=chunk_size,
             progress_bar=progress_bar,
             growable=self.max_features is None,
+            trace_every=trace_every,
         )
-        num_steps = len(next(iter(traces.values()))) if traces else 0
-        return RIBPResult(self, final, traces, start + 1 + np.arange(num_steps))
+        return RIBPResult(self, final, traces, time)
 
-    def load(self, path):
-        """Read a state saved by :meth:`RIBPResult.save` (``.npz``)."""
-        return streaming.load(path, RIBPState)
+    def load(self, path, *model_args, **model_kwargs):
+        """Read a state saved by :meth:`RIBPResult.save` to resume the stream in this filter.
+
+        The model is read from ``model_args``/``model_kwargs`` when given (else the filter must
+        have read it, by :meth:`init` or :meth:`run`); the checkpoint must come from an
+        :class:`RIBPFilter` with the same model kind and dtype, and its state must pass
+        :meth:`check_state` (see :func:`streaming.load`).
+        """
+        if model_args or model_kwargs:
+            self.init(None, *model_args, **model_kwargs)
+        self._require_init()
+        return streaming.load(path, self)
 
     def refine(self, state, data, *, num_passes=100, start="empty", min_use=1.5, num_candidates=16):
         """Refinement passes over a buffer of rows, everything unfrozen (linear-Gaussian model).

@@ -8,23 +8,23 @@ state`` and a pure, jittable ``update(state, obs) -> (state, info)`` for ONE obs
   observations with a validity mask (the last, partial chunk is padded, so one compiled function
   serves the whole stream);
 * :func:`run` feeds an array or any iterator of batches through it, with a tqdm progress bar
-  (observations/s and the engine's number of features or clusters), host-side work once per chunk
-  (never per observation), geometric capacity growth outside ``jit`` when the state fills up (the
-  chunk is re-run from its start with the larger capacity) or a loud warning when the user fixed
-  the capacity, and validation of each batch before it touches the state;
-* :func:`save` / :func:`load` write and read a state as ``.npz`` (no pickle), so that a stream
-  resumes bit-for-bit;
+  (observations/s and the engine's progress figure), host-side work once per chunk (never per
+  observation): validation of each batch before it touches the state, a check that the new
+  state is finite, optional thinning of the traces, and geometric capacity growth outside
+  ``jit`` when the state fills up (the chunk is re-run from its start with the larger capacity)
+  or a loud warning when the user fixed the capacity;
+* :func:`save` / :func:`load` write and read a state as ``.npz`` (no pickle) with a record of the
+  engine that wrote it, so that a stream resumes bit-for-bit, and only in an engine it fits;
 * :class:`StreamingResult` holds the final state and the per-step traces, and exports to ArviZ
   with a ``time`` dimension.
 
-Besides ``update``, :func:`run` asks the engine for a small host-side protocol:
-``check_batch(batch) -> ndarray (n, D)`` (raises on bad input), ``capacity(state) -> int``,
-``grow(state, capacity) -> state``, ``truncated(state) -> bool`` and ``progress_key`` (the info
-field shown in the progress bar). :meth:`StreamingResult.to_arviz` asks for
-``posterior_draws(rng_key, state, num_draws) -> (draws, dims)``.
+What the loop needs from an engine besides ``update`` is the :class:`StreamingEngine` protocol.
 """
 
+import os
 import warnings
+import zipfile
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -32,9 +32,112 @@ import numpy as np
 from jax import lax
 
 from numpyro_bnp import arviz_compat
-from numpyro_bnp._checks import observed_array
+from numpyro_bnp._checks import observed_array, positive_int
 
-__all__ = ["StreamingResult", "check_batch", "chunk_scanner", "load", "run", "save"]
+__all__ = [
+    "BadBatchError",
+    "NonFiniteStateError",
+    "StreamingEngine",
+    "StreamingResult",
+    "check_batch",
+    "chunk_scanner",
+    "load",
+    "run",
+    "save",
+]
+
+CHECKPOINT_FORMAT = "numpyro_bnp streaming checkpoint 1"
+
+
+class StreamingEngine(Protocol):
+    """What :func:`run`, :func:`save`, :func:`load` and :class:`StreamingResult` ask of an engine.
+
+    The attributes are read after the engine has been set up (``init``):
+
+    :ivar int dim: size ``D`` of one observation.
+    :ivar dtype: floating dtype of the state and of the observations.
+    :ivar str kind: the model variant a state belongs to (recorded in checkpoints; a state of one
+        kind does not resume in an engine of another).
+    :ivar state_type: the state's ``NamedTuple`` class.
+    :ivar str progress_key: the info field shown in the progress bar ...
+    :ivar str progress_label: ... under this label (e.g. ``"features"``, ``"clusters"``).
+    :ivar str capacity_option: the engine's option that fixes the capacity (named in the
+        truncation warning), e.g. ``"max_features"``.
+    """
+
+    dim: int
+    dtype: Any
+    kind: str
+    state_type: type
+    progress_key: str
+    progress_label: str
+    capacity_option: str
+
+    def check_batch(self, batch, name: str = "batch") -> np.ndarray:
+        """Validate a batch on the host; return it as ``(n, dim)`` of ``dtype`` (or raise)."""
+
+    def check_state(self, state, name: str = "state") -> None:
+        """Raise ``TypeError``/``ValueError`` naming the field when ``state`` cannot resume here."""
+
+    def scan_chunk(self, state, chunk, valid):
+        """``(state, infos)`` after the valid rows of ``chunk`` (see :func:`chunk_scanner`)."""
+
+    def capacity(self, state) -> int:
+        """The state's capacity (slots, clusters)."""
+
+    def grow(self, state, capacity: int):
+        """``state`` with its capacity raised to ``capacity`` (outside ``jit``)."""
+
+    def truncated(self, state) -> bool:
+        """Whether the state's capacity is too small (the chunk is re-run after :meth:`grow`)."""
+
+    def num_seen(self, state) -> int:
+        """Observations absorbed by ``state``."""
+
+    def posterior_draws(self, rng_key, state, num_draws: int):
+        """``(draws, dims)`` for :meth:`StreamingResult.to_arviz`."""
+
+
+_ENGINE_MEMBERS = (
+    "dim",
+    "dtype",
+    "kind",
+    "state_type",
+    "progress_key",
+    "progress_label",
+    "capacity_option",
+    "check_batch",
+    "check_state",
+    "scan_chunk",
+    "capacity",
+    "grow",
+    "truncated",
+    "num_seen",
+)
+
+
+def _check_engine(engine):
+    missing = [m for m in _ENGINE_MEMBERS if not hasattr(engine, m)]
+    if missing:
+        raise TypeError(
+            f"engine must follow the StreamingEngine protocol (set up by its init); "
+            f"{type(engine).__name__} lacks {missing}"
+        )
+
+
+class BadBatchError(ValueError):
+    """A batch failed validation (raised by :func:`check_batch` on a wrong shape or value)."""
+
+
+class NonFiniteStateError(FloatingPointError):
+    """The state went non-finite (NaN or infinite) while absorbing a chunk of observations.
+
+    :ivar partial_state: the last good state, before the failing chunk.
+    :ivar partial_traces: the traces up to that state.
+    :ivar partial_time: the observation counts of ``partial_traces``.
+    :ivar list fields: the names of the fields that went non-finite.
+    :ivar tuple rows: ``(first, last)``, 0-based, of this run's rows in the failing chunk.
+    """
 
 
 def check_batch(batch, *, dim, dtype, name="batch"):
@@ -44,9 +147,13 @@ def check_batch(batch, *, dim, dtype, name="batch"):
     after the cast to ``dtype`` (see :func:`numpyro_bnp._checks.observed_array`).
 
     :raises TypeError: when the values are not real numbers (bool, integer or floating).
-    :raises ValueError: on a wrong shape, an empty batch or a value not finite in ``dtype``.
+    :raises BadBatchError: (a ``ValueError``) on a wrong shape, an empty batch or a value not
+        finite in ``dtype``.
     """
-    return observed_array(batch, name, dtype=dtype, dim=dim, row=True)
+    try:
+        return observed_array(batch, name, dtype=dtype, dim=dim, row=True)
+    except ValueError as err:
+        raise BadBatchError(str(err)) from None
 
 
 def chunk_scanner(update):
@@ -70,10 +177,23 @@ def chunk_scanner(update):
     return scan_chunk
 
 
-def _batches(data, check):
-    """Yield validated ``(n, D)`` batches from an array or from an iterator of batches."""
+@jax.jit
+def _finite_leaves(state):
+    return jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(state)])
+
+
+def _nonfinite_fields(state):
+    """Names of the fields of ``state`` that hold a NaN or an infinity (one host transfer)."""
+    flags = np.asarray(_finite_leaves(state))
+    names = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(state)]
+    names = [name.lstrip(".") for name in names]
+    return [name for name, ok in zip(names, flags, strict=True) if not ok]
+
+
+def _batches(data):
+    """Yield ``(name, batch)``: the array itself, or each batch of an iterator, unvalidated."""
     if hasattr(data, "shape") and hasattr(data, "dtype"):
-        yield check(data, "data")
+        yield "data", data
         return
     try:
         iterator = iter(data)
@@ -82,109 +202,279 @@ def _batches(data, check):
             f"data must be an array (n, D) or an iterable of batches, got {type(data).__name__}"
         ) from None
     for i, batch in enumerate(iterator):
-        yield check(batch, f"batch {i}")
+        yield f"batch {i}", batch
 
 
-def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True):
+class _Traces:
+    """Host-side traces of a stream, thinned to every ``every``-th observation count and the last.
+
+    A step is kept when the number of observations absorbed after it is a multiple of
+    ``every``; the last step seen is held aside and appended by :meth:`stack` if it was not kept.
+    The kept rows of each chunk are merged into one block every ``merge`` chunks, so memory is
+    O(T / every + chunk size) with a small constant (no Python objects per chunk).
+    """
+
+    merge = 64
+
+    def __init__(self, every):
+        self.every, self.blocks, self.recent, self.last = every, [], [], None
+
+    def add(self, info, time):
+        info = {key: np.asarray(value)[: len(time)] for key, value in info._asdict().items()}
+        keep = time % self.every == 0
+        self.last = ({key: value[-1:] for key, value in info.items()}, time[-1:], bool(keep[-1]))
+        if keep.any():
+            self.recent.append(({key: value[keep] for key, value in info.items()}, time[keep]))
+        if len(self.recent) >= self.merge:
+            self.blocks.append(self._concat(self.recent))
+            self.recent = []
+
+    @staticmethod
+    def _concat(pieces):
+        keys = pieces[0][0]
+        traces = {key: np.concatenate([info[key] for info, _ in pieces]) for key in keys}
+        return traces, np.concatenate([time for _, time in pieces])
+
+    def stack(self):
+        """``(traces, time)`` of the kept steps and the last one (empty before any step)."""
+        if self.last is None:
+            return {}, np.zeros(0, np.int64)
+        pieces = self.blocks + self.recent
+        last, last_time, was_kept = self.last
+        if not was_kept:
+            pieces = [*pieces, (last, last_time)]
+        return self._concat(pieces)
+
+
+def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True, trace_every=1):
     """Feed ``data`` through ``engine.update`` in jitted chunks of ``chunk_size`` observations.
 
-    :param engine: a streaming engine (see the module docstring).
-    :param state: the starting state (from ``engine.init`` or :func:`load`).
+    :param engine: a streaming engine (:class:`StreamingEngine`).
+    :param state: the starting state (from ``engine.init`` or :func:`load`); never modified.
     :param data: an array ``(n, D)`` or an iterable of such batches (any sizes; they are
         re-chunked). Each batch is validated before any of its rows reaches the state.
     :param int chunk_size: observations per compiled ``lax.scan`` (host work between chunks).
-    :param bool progress_bar: show a tqdm bar with observations/s and the number of features.
+    :param bool progress_bar: show a tqdm bar with observations/s and the engine's
+        ``progress_label``.
     :param bool growable: grow the capacity (x2, re-running the chunk) when the engine reports
         truncation; if False, warn that the run is truncated instead.
-    :return: ``(state, traces)``, ``traces`` a dict of ``(T,)`` NumPy arrays, one per info field.
-    :raises ValueError, TypeError: on a bad batch. All earlier rows have been processed; the
-        exception carries ``partial_state`` and ``partial_traces`` (the stream up to the last
-        good batch); the state passed in is never modified.
+    :param int trace_every: keep the infos of the steps after which the number of observations
+        absorbed (``engine.num_seen``) is a multiple of ``trace_every``, and of the last step;
+        the default 1 keeps every step. The thinning is done on the host chunk by chunk, so the
+        traces take O(T / trace_every) memory for T observations.
+    :return: ``(state, traces, time)``: ``traces`` a dict of ``(T',)`` NumPy arrays, one per
+        info field, and ``time`` the ``(T',)`` observation counts after the kept steps.
+    :raises BadBatchError, TypeError: (``BadBatchError`` is a ``ValueError``) when a batch fails
+        the engine's ``check_batch``. The rows before that batch have all been absorbed: the
+        exception carries ``partial_state``, ``partial_traces`` and ``partial_time``.
+    :raises NonFiniteStateError: when a chunk leaves a field of the state NaN or infinite;
+        ``partial_state`` is the state before that chunk.
+    :raises Exception: an error of the data source (the iterator raising) propagates as itself
+        once the rows it yielded before have been absorbed; it carries ``partial_state``,
+        ``partial_traces`` and ``partial_time`` too. An error inside the engine's update
+        propagates as itself.
     """
     from tqdm.auto import tqdm
 
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    _check_engine(engine)
+    chunk_size = positive_int(chunk_size, "chunk_size")
+    trace_every = positive_int(trace_every, "trace_every")
     total = data.shape[0] if hasattr(data, "shape") and len(data.shape) == 2 else None
-    infos, warned = [], False
+    traces = _Traces(trace_every)
+    warned = False
+    absorbed = 0  # rows of this run's data absorbed so far
+    seen = engine.num_seen(state)  # observations absorbed by the state passed in
     pending = np.empty((0, engine.dim), engine.dtype)
 
     def process(state, rows):
-        nonlocal warned
+        nonlocal warned, absorbed
         chunk = np.zeros((chunk_size, engine.dim), engine.dtype)
         chunk[: len(rows)] = rows
         valid = np.arange(chunk_size) < len(rows)
+        start, before = seen + absorbed, state
         while True:
             new_state, info = engine.scan_chunk(state, chunk, valid)
+            bad = _nonfinite_fields(new_state)
+            if bad:
+                traces_so_far, time_so_far = traces.stack()
+                err = NonFiniteStateError(
+                    f"{type(engine).__name__}: the state field(s) {bad} went NaN or infinite "
+                    f"while absorbing observations {start + 1}-{start + len(rows)} of the "
+                    f"stream (rows {absorbed}-{absorbed + len(rows) - 1} of this run's data). "
+                    "The stream was stopped; err.partial_state holds the state before those "
+                    "observations. Rescale the data (or the model's constants), run in "
+                    "float64 (jax.config.update('jax_enable_x64', True) and dtype=float64), "
+                    "or report the problem with the offending rows if they are reasonable."
+                )
+                err.partial_state, err.partial_traces = before, traces_so_far
+                err.partial_time, err.fields = time_so_far, bad
+                err.rows = (absorbed, absorbed + len(rows) - 1)
+                raise err
             if not engine.truncated(new_state):
                 break
             if not growable:
                 if not warned:
+                    option = engine.capacity_option
                     warnings.warn(
-                        f"{type(engine).__name__}: the feature capacity "
-                        f"{engine.capacity(state)} is full; the run is truncated (features "
-                        "beyond the capacity are dropped). Leave max_features=None to let the "
-                        "capacity grow.",
+                        f"{type(engine).__name__}: the capacity {engine.capacity(state)} "
+                        f"({option}) is full; the run is truncated (what lies beyond the "
+                        f"capacity is dropped). Leave {option}=None to let the capacity grow.",
                         RuntimeWarning,
                         stacklevel=4,
                     )
                     warned = True
                 break
             state = engine.grow(state, 2 * engine.capacity(state))
-        infos.append(jax.tree.map(lambda x: np.asarray(x)[: len(rows)], info._asdict()))
+        traces.add(info, start + 1 + np.arange(len(rows)))
+        absorbed += len(rows)
         return new_state
 
+    def stop(err, state, pending):
+        """Absorb the pending rows, attach the stream so far to ``err``."""
+        if len(pending):
+            state = process(state, pending)
+        err.partial_state = state
+        err.partial_traces, err.partial_time = traces.stack()
+
     with tqdm(total=total, unit="obs", disable=not progress_bar, dynamic_ncols=True) as bar:
-        try:
-            for batch in _batches(data, lambda b, name: engine.check_batch(b, name=name)):
-                pending = np.concatenate([pending, batch])
-                while len(pending) >= chunk_size:
-                    state, pending = process(state, pending[:chunk_size]), pending[chunk_size:]
-                    bar.update(chunk_size)
-                    bar.set_postfix({"features": f"{infos[-1][engine.progress_key][-1]:.1f}"})
-        except (TypeError, ValueError) as err:
-            if len(pending):
-                state = process(state, pending)
-            err.partial_state, err.partial_traces = state, _stack(infos)
-            raise
+        source = _batches(data)
+        while True:
+            try:
+                name, raw = next(source)
+            except StopIteration:
+                break
+            except Exception as err:  # the data source failed: keep what it gave before
+                stop(err, state, pending)
+                raise
+            try:
+                batch = engine.check_batch(raw, name=name)
+            except (TypeError, ValueError) as err:  # a bad batch: none of its rows is absorbed
+                stop(err, state, pending)
+                raise
+            pending = np.concatenate([pending, batch])
+            while len(pending) >= chunk_size:
+                state, pending = process(state, pending[:chunk_size]), pending[chunk_size:]
+                bar.update(chunk_size)
+                shown = traces.last[0][engine.progress_key][-1]
+                bar.set_postfix({engine.progress_label: f"{shown:.1f}"})
         if len(pending):
             state = process(state, pending)
             bar.update(len(pending))
-    return state, _stack(infos)
+    return (state, *traces.stack())
 
 
-def _stack(infos):
-    if not infos:
-        return {}
-    return {key: np.concatenate([info[key] for info in infos]) for key in infos[0]}
+def _library_version():
+    from numpyro_bnp import __version__
+
+    return __version__
 
 
-def save(path, state):
-    """Write a state ``NamedTuple`` to ``path`` (``.npz``, arrays only, no pickle)."""
-    arrays = {name: np.asarray(value) for name, value in state._asdict().items()}
-    np.savez(path, __state_type__=np.array(type(state).__name__), **arrays)
+def save(path, state, engine):
+    """Write ``state`` to exactly ``path`` as ``.npz`` (arrays and strings only, no pickle).
 
+    Besides the state's fields the file records the format, the state's type, the engine's class
+    name, its ``kind``, the state's capacity, the engine's dtype and the library version, which
+    :func:`load` checks against the engine that resumes the stream. The file is written under a
+    temporary name and then renamed, so an interrupted save never leaves a truncated checkpoint.
 
-def load(path, state_type):
-    """Read a state written by :func:`save`; ``state_type`` is the expected ``NamedTuple`` class.
-
-    Arrays come back with their saved dtypes, so a resumed stream continues bit-for-bit.
+    :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``.
     """
-    with np.load(path, allow_pickle=False) as saved:
-        found = str(saved["__state_type__"])
-        if found != state_type.__name__:
-            raise ValueError(f"{path} holds a {found}, expected a {state_type.__name__}")
-        missing = [f for f in state_type._fields if f not in saved.files]
-        if missing:
-            raise ValueError(f"{path} lacks the state fields {missing}")
-        return state_type(**{f: jnp.asarray(saved[f]) for f in state_type._fields})
+    _check_engine(engine)
+    engine.check_state(state, name="state")
+    path = os.fspath(path)
+    arrays = {name: np.asarray(value) for name, value in state._asdict().items()}
+    meta = {
+        "__format__": CHECKPOINT_FORMAT,
+        "__state_type__": type(state).__name__,
+        "__engine__": type(engine).__name__,
+        "__kind__": str(engine.kind),
+        "__capacity__": int(engine.capacity(state)),
+        "__dtype__": np.dtype(engine.dtype).name,
+        "__version__": _library_version(),
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as file:
+        np.savez(file, **{k: np.asarray(v) for k, v in meta.items()}, **arrays)
+    os.replace(tmp, path)
+
+
+def _not_a_checkpoint(path, why):
+    return ValueError(f"{path} is not a numpyro_bnp checkpoint ({why})")
+
+
+def load(path, engine):
+    """Read a state written by :func:`save`, for ``engine`` to resume the stream.
+
+    ``engine`` must be set up for the model of the stream (e.g. by its ``init``). The file's
+    record must match it (engine class, model kind, dtype), and the state must pass
+    ``engine.check_state`` (field types, shapes, dtypes, finiteness, ranges, capacity). Arrays
+    come back with their saved dtypes, so a resumed stream continues bit-for-bit.
+
+    :raises ValueError: when ``path`` is not a numpyro_bnp checkpoint (empty, truncated, not an
+        ``.npz``) or does not fit ``engine`` (the message names the field).
+    """
+    if isinstance(engine, type):
+        raise TypeError(
+            "engine must be the engine that resumes the stream (set up for its model), "
+            f"got the class {engine.__name__}"
+        )
+    _check_engine(engine)
+    path = os.fspath(path)
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise _not_a_checkpoint(path, "the file is empty")
+    try:
+        saved = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        raise _not_a_checkpoint(path, f"unreadable: {err}") from None
+    if not isinstance(saved, np.lib.npyio.NpzFile):
+        raise _not_a_checkpoint(path, "a single array, not an .npz archive")
+    try:
+        with saved:
+            contents = {name: saved[name] for name in saved.files}
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError, ValueError) as err:
+        raise _not_a_checkpoint(path, f"unreadable: {err}") from None
+    keys = ("format", "state_type", "engine", "kind", "capacity", "dtype", "version")
+    if any(f"__{key}__" not in contents for key in keys):
+        raise _not_a_checkpoint(path, "no checkpoint record")
+    if str(contents["__format__"]) != CHECKPOINT_FORMAT:
+        raise _not_a_checkpoint(path, f"unknown format {str(contents['__format__'])!r}")
+    record = {key: str(contents[f"__{key}__"]) for key in ("state_type", "engine", "kind")}
+    state_type = engine.state_type
+    expected = {
+        "state_type": state_type.__name__,
+        "engine": type(engine).__name__,
+        "kind": str(engine.kind),
+    }
+    for key, want in expected.items():
+        if record[key] != want:
+            raise ValueError(f"{path} holds a {key} {record[key]!r}, expected {want!r}")
+    dtype = str(contents["__dtype__"])
+    if dtype != np.dtype(engine.dtype).name:
+        raise ValueError(
+            f"{path} holds a {dtype} state, expected {np.dtype(engine.dtype).name} (set the "
+            "engine's dtype to the checkpoint's)"
+        )
+    missing = [f for f in state_type._fields if f not in contents]
+    if missing:
+        raise ValueError(f"{path} lacks the state fields {missing}")
+    state = state_type(**{f: jnp.asarray(contents[f]) for f in state_type._fields})
+    engine.check_state(state, name=f"{path}: state")
+    capacity = int(contents["__capacity__"])
+    if capacity != engine.capacity(state):
+        raise ValueError(
+            f"{path} records a capacity of {capacity} but holds {engine.capacity(state)} slots"
+        )
+    return state
 
 
 class StreamingResult:
-    """The end of a stream: the final ``state`` and per-step ``traces`` (dict of ``(T,)`` arrays).
+    """The end of a stream: the final ``state`` and the ``traces`` (dict of ``(T,)`` arrays).
 
-    ``time`` runs over the observations of this run: ``time[t]`` is the number of observations
-    absorbed after step ``t`` (it continues the count of a resumed state).
+    ``time[t]`` is the number of observations absorbed after the step of ``traces[...][t]`` (it
+    continues the count of a resumed state); with ``trace_every=k`` the steps are those at a
+    multiple of ``k`` and the last one.
     """
 
     def __init__(self, engine, state, traces, time):
@@ -192,18 +482,22 @@ class StreamingResult:
         self.time = np.asarray(time)
 
     def save(self, path):
-        """Save :attr:`state` (``.npz``); resume with ``engine.run(..., init_state=load(...))``."""
-        save(path, self.state)
+        """Save :attr:`state` to ``path`` (see :func:`save`); resume with :func:`load`."""
+        save(path, self.state, self.engine)
 
-    def to_arviz(self, rng_key=None, num_draws=500):
+    def to_arviz(self, rng_key, num_draws=500):
         """ArviZ data: ``posterior`` draws from the variational posterior, ``sample_stats`` traces.
 
-        ``posterior`` holds ``num_draws`` independent draws (``chain = 1``) of the engine's latent
-        sites; ``sample_stats`` holds every trace with a ``time`` dimension (``chain = draw = 1``).
+        :param rng_key: a JAX PRNG key for the posterior draws (required: the draws are random).
+        :param int num_draws: number of independent draws (``chain = 1``) of the engine's latent
+            sites in ``posterior``.
+
+        ``sample_stats`` holds every trace with a ``time`` dimension (``chain = draw = 1``).
         Returns an ``InferenceData`` (ArviZ 0.23) or a ``DataTree`` (ArviZ 1.x).
         """
         if rng_key is None:
-            rng_key = jax.random.PRNGKey(0)
+            raise TypeError("rng_key must be a JAX PRNG key (e.g. jax.random.PRNGKey(0)), got None")
+        num_draws = positive_int(num_draws, "num_draws")
         draws, dims = self.engine.posterior_draws(rng_key, self.state, num_draws)
         groups = {
             "posterior": {k: np.asarray(v)[None] for k, v in draws.items()},
