@@ -127,6 +127,19 @@ __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
 MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
 
 
+def _ossify(b, running_sum, new, old, keep=True):
+    """The ossification average (paper App. B.2): ``(b new + S old) / (b + S)``.
+
+    ``b`` is the observation's probability of using the slot, ``S`` the slot's running sum
+    ``Σ_{n'} b_{n'}``, ``new`` the slot's update from this observation and ``old`` its value
+    before; where ``b + S = 0`` or ``keep`` is False, ``new`` is returned. Broadcasts.
+    """
+    total = b + running_sum
+    keep = keep & (total > 0)
+    share = jnp.where(keep, b / jnp.where(keep, total, 1.0), 1.0)
+    return old + share * (new - old)
+
+
 class RIBPState(NamedTuple):
     """Filter state after ``num_seen`` observations, for ``K`` slots and dimension ``D``.
 
@@ -556,10 +569,8 @@ class RIBPFilter:
         mean = mu0 + bc * step
         var = bc * var1 + (1.0 - bc) * var0 + bc * (1.0 - bc) * step * step
         if self.ossify:
-            total = (b + S)[:, None]
-            keep = total > 0
-            new = jnp.where(keep, bc / jnp.where(keep, total, 1.0), 1.0)
-            mean, var = mu0 + new * (mean - mu0), var0 + new * (var - var0)
+            Sc = S[:, None]
+            mean, var = _ossify(bc, Sc, mean, mu0), _ossify(bc, Sc, var, var0)
         return mean, var
 
     def _sweep(self, state, obs, prior_logit, carry, reverse, update):
@@ -587,13 +598,10 @@ class RIBPFilter:
             phic = phi[:, None]
             var_s = 1.0 / (1.0 / var0 + weight * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
             a, g = var_s * mu0 / var0, var_s * (weight * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
-            if self.ossify:
-                bc, total = b[:, None], (b + S)[:, None]
-                keep = total > 0 if born is None else (total > 0) & ~born  # born: see _commit
-                total = jnp.where(keep, total, 1.0)
-                new = jnp.where(keep, bc / total, 1.0)
-                old = jnp.where(keep, S[:, None] / total, 0.0)
-                a, g, var_s = new * a + old * mu0, new * g, new * var_s + old * var0
+            if self.ossify:  # the average of affine maps r -> a + g r is affine (born: _commit)
+                bc, Sc, keep = b[:, None], S[:, None], True if born is None else ~born
+                a, g = _ossify(bc, Sc, a, mu0, keep), _ossify(bc, Sc, g, 0.0, keep)
+                var_s = _ossify(bc, Sc, var_s, var0, keep)
         else:
             a, g, var_s = mu0, jnp.zeros_like(mu0), var0
         trace_var = var_s @ lam  # tr(Λ Σ_l)
@@ -716,12 +724,9 @@ class RIBPFilter:
             if update_features or born is not None:
                 for _ in range(self.newton_steps):
                     mu_l, var_l = newton(mu_l)
-                if self.ossify:
-                    total = b[l] + S[l]
-                    keep = (total > 0) & ~born_l  # born: see _commit
-                    total = jnp.where(keep, total, 1.0)
-                    mu_l = jnp.where(keep, (b[l] * mu_l + S[l] * mu0_l) / total, mu_l)
-                    var_l = jnp.where(keep, (b[l] * var_l + S[l] * var0_l) / total, var_l)
+                if self.ossify:  # born: see _commit
+                    mu_l = _ossify(b[l], S[l], mu_l, mu0_l, ~born_l)
+                    var_l = _ossify(b[l], S[l], var_l, var0_l, ~born_l)
                 _, h = grad_and_curv(mu_l)
             else:
                 var_l = var0_l
