@@ -1,22 +1,22 @@
 """Inference engines that consume a user's NumPyro model."""
 
-from numpyro_bnp.infer.baselines import AcceleratedGibbsState, AcceleratedIBPGibbs
+from numpyro_bnp.infer.baselines import AcceleratedIBPGibbs, AcceleratedIBPGibbsState
 from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
-from numpyro_bnp.infer.restricted_gibbs import RestrictedGibbsState, RestrictedIBPGibbs
+from numpyro_bnp.infer.restricted_gibbs import RestrictedIBPGibbs, RestrictedIBPGibbsState
 from numpyro_bnp.infer.ribp import RIBPFilter, RIBPInfo, RIBPResult, RIBPState
 from numpyro_bnp.infer.streaming import StreamingResult, load, save
 
 __all__ = [
-    "AcceleratedGibbsState",
     "AcceleratedIBPGibbs",
+    "AcceleratedIBPGibbsState",
     "CRMSlice",
     "CRMSliceState",
     "RIBPFilter",
     "RIBPInfo",
     "RIBPResult",
     "RIBPState",
-    "RestrictedGibbsState",
     "RestrictedIBPGibbs",
+    "RestrictedIBPGibbsState",
     "StreamingResult",
     "load",
     "save",
