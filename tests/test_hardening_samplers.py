@@ -173,7 +173,7 @@ def test_recursive_ibp_log_prob_rejects_other_matrix_shapes(shape):
         ibp.log_prob(jnp.zeros(shape, jnp.int32))
 
 
-def test_recursive_ibp_log_prob_broadcasts_batches_and_is_never_plus_inf():
+def test_recursive_ibp_log_prob_still_broadcasts_batches():
     ibp = RecursiveIBP(jnp.array([1.0, 2.0]), num_rows=4, max_features=8)
     z = ibp.sample(random.PRNGKey(0), (3,))  # (3, 2, 4, 8)
     lp = ibp.log_prob(z)

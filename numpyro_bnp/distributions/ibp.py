@@ -18,7 +18,7 @@ from jax.scipy.special import gammainc, gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import event_shaped, positive_int
+from numpyro_bnp._checks import event_shaped, positive_int, unit_interval
 from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
 from numpyro_bnp.distributions.crm import BetaProcess, _check
 
@@ -68,13 +68,10 @@ def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
     fixed capacities; not traceable.
     """
     num_rows = positive_int(num_rows, "num_rows")
-    if not 0.0 < tail_prob < 1.0:
-        raise ValueError(f"tail_prob must lie in (0, 1), got {tail_prob}")
+    tail_prob = unit_interval(tail_prob, "tail_prob")
+    _check(lambda a: a > 0, "alpha", "finite and > 0", alpha)
+    _check(lambda b: b > 0, "beta", "finite and > 0", beta)
     alpha, beta = np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64)
-    if not (np.all(np.isfinite(alpha)) and np.all(alpha > 0)):
-        raise ValueError("alpha must be finite and positive")
-    if not (np.all(np.isfinite(beta)) and np.all(beta > 0)):
-        raise ValueError("beta must be finite and positive")
     with jax.enable_x64(True):
         rate = float(jnp.max(alpha * generalized_harmonic(beta, num_rows)))
         upper = int(rate + 12 * np.sqrt(rate) + 60)

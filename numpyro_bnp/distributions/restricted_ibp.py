@@ -46,7 +46,6 @@ References:
 """
 
 import functools
-import operator
 import warnings
 from typing import NamedTuple
 
@@ -58,7 +57,7 @@ from jax.scipy.special import logsumexp, xlog1py, xlogy
 from numpyro.distributions import Categorical, Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
+from numpyro_bnp._checks import event_shaped, is_concrete, nonnegative_int, positive_int
 from numpyro_bnp._math import poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
@@ -99,9 +98,7 @@ def exactly(count):
     A :class:`numpyro.distributions.Categorical` on ``0..count`` with all mass on ``count``, so its
     support is the non-negative integers up to ``count`` and ``log_prob`` is ``-inf`` elsewhere.
     """
-    count = operator.index(count)
-    if count < 0:
-        raise ValueError(f"exactly(count) needs a non-negative integer count, got {count}")
+    count = nonnegative_int(count, "count")
     return Categorical(probs=jnp.zeros(count + 1).at[count].set(1.0))
 
 
