@@ -237,7 +237,16 @@ class CRMSlice(MCMCKernel):
         return with_deterministic(self._model, model_args, model_kwargs, fn)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        if init_params is not None and not (isinstance(init_params, dict) and not init_params):
+        """A chain (or a batch of chains) with no instantiated atom.
+
+        ``init_params`` is refused with a ``ValueError``: the sampler's state (arrival times,
+        marks, the atom buffer) cannot be rebuilt from site values. As a block of
+        :class:`numpyro.infer.Gibbs` the composite always hands every block its sites' values
+        drawn from the prior; the block starts from its own empty state instead.
+        """
+        gibbs = bool(model_kwargs and model_kwargs.get(GIBBS_SITES_KWARG))
+        given = init_params is not None and not (isinstance(init_params, dict) and not init_params)
+        if given and not gibbs:
             raise ValueError(
                 "CRMSlice does not take init_params (got sites "
                 f"{sorted(init_params) if isinstance(init_params, dict) else init_params!r}): "
