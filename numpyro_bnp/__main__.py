@@ -19,7 +19,17 @@ def main(argv=None):
     unknown = sorted(set(names) - set(DEMOS))
     if unknown:
         parser.error(f"unknown demo part(s) {unknown}; choose from {sorted(DEMOS)}")
-    os.makedirs(args.out_dir, exist_ok=True)
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+        if not os.access(args.out_dir, os.W_OK | os.X_OK):
+            raise PermissionError(f"no permission to write in {args.out_dir!r}")
+    except OSError as err:
+        print(
+            f"python -m numpyro_bnp demo: error: --out-dir {args.out_dir!r} cannot hold the "
+            f"figures ({err.strerror or err}); choose a writable directory",
+            file=sys.stderr,
+        )
+        return 2
     paths = []
     for name in names:
         print(f"\n== {name}")

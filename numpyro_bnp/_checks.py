@@ -3,7 +3,8 @@
 One helper for each kind of argument, so that every public entry point accepts and rejects the
 same things with the same words:
 
-* :func:`positive_int` — a static size or count (Python or NumPy integer, not ``bool``);
+* :func:`positive_int`, :func:`nonnegative_int` — a static size or count (Python or NumPy
+  integer, not ``bool``);
 * :func:`positive_float`, :func:`unit_interval` — scalar options of engines;
 * :func:`floating_dtype` — the working dtype of an engine's state;
 * :func:`model_function` — a NumPyro model function;
@@ -12,6 +13,8 @@ same things with the same words:
   float32);
 * :func:`finite_in_dtype` — a model constant (a variance, a scale) that must be finite and,
   optionally, positive in the working dtype;
+* :func:`event_shaped` — a value handed to a distribution's ``log_prob``: its trailing axes
+  must be the distribution's event shape (the leading ones broadcast against the batch shape);
 * :func:`is_concrete` — whether values can be checked on the host (no JAX tracer among them).
 
 Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (wrong shape or range)
@@ -25,10 +28,12 @@ import jax
 import numpy as np
 
 __all__ = [
+    "event_shaped",
     "finite_in_dtype",
     "floating_dtype",
     "is_concrete",
     "model_function",
+    "nonnegative_int",
     "observed_array",
     "positive_float",
     "positive_int",
@@ -36,20 +41,32 @@ __all__ = [
 ]
 
 
+def _integer(value, name, minimum, expected):
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be {expected}, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {expected}, got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be {expected}, got {value}")
+    return value
+
+
 def positive_int(value, name):
     """``value`` as a Python int ``>= 1``; else ``TypeError``/``ValueError`` naming ``name``.
 
     Python and NumPy integers (and 0-d integer arrays) are accepted; ``bool`` and floats are not.
     """
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a positive integer, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
+    return _integer(value, name, 1, "a positive integer")
+
+
+def nonnegative_int(value, name):
+    """``value`` as a Python int ``>= 0`` (a number of moves, 0: none); else an error naming it.
+
+    Accepts and rejects the same kinds of values as :func:`positive_int`.
+    """
+    return _integer(value, name, 0, "a non-negative integer")
 
 
 def _real_scalar(value, name, expected):
@@ -155,6 +172,25 @@ def finite_in_dtype(value, name, *, dtype, positive=False):
             "model's constants, or enable float64)"
         )
     return cast
+
+
+def event_shaped(value, event_shape, name="value"):
+    """``value`` as an array whose trailing axes are ``event_shape``; else ``ValueError``.
+
+    A density evaluated at a value of another event shape is meaningless (a matrix with more rows
+    than the distribution has, a vector of the wrong length) and must not come out as a number.
+    The leading axes are left to broadcast against the batch shape.
+    """
+    value = jax.numpy.asarray(value)
+    event_shape = tuple(event_shape)
+    n = len(event_shape)
+    if value.ndim < n or tuple(value.shape[value.ndim - n :]) != event_shape:
+        want = ", ".join(["..."] + [str(d) for d in event_shape])
+        raise ValueError(
+            f"{name} must have shape ({want}) (the event shape {event_shape} after any batch "
+            f"axes), got {value.shape}"
+        )
+    return value
 
 
 def is_concrete(*values):

@@ -28,6 +28,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
+from numpyro_bnp._checks import is_concrete, positive_int
 from numpyro_bnp.distributions import (
     BetaProcess,
     GammaProcess,
@@ -35,6 +36,7 @@ from numpyro_bnp.distributions import (
     RestrictedBernoulliProcess,
     ibp_capacity,
 )
+from numpyro_bnp.distributions.crm import _check
 
 __all__ = [
     "beta_bernoulli_linear_gaussian",
@@ -44,6 +46,18 @@ __all__ = [
     "linear_gaussian",
     "restricted_linear_gaussian",
 ]
+
+
+def _sizes(**sizes):
+    """Check the static sizes of a model (positive integers, ``None`` where optional)."""
+    return [None if v is None else positive_int(v, name) for name, v in sizes.items()]
+
+
+def _positive(**params):
+    """Check hyper-parameters that must be finite and ``> 0`` (concrete values only: a model may
+    be traced with them as arguments of a compiled function)."""
+    for name, value in params.items():
+        _check(lambda x: x > 0, name, "finite and > 0", value)
 
 
 def _capacity(alpha, beta, num_obs, max_features):
@@ -82,6 +96,8 @@ def linear_gaussian(
     :param max_features: capacity ``K`` of the IBP matrix; ``None`` picks one that truncates
         with probability below 1e-6 (:func:`~numpyro_bnp.distributions.ibp_capacity`).
     """
+    num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
+    _positive(alpha=alpha, beta=beta, sigma_a=sigma_a, sigma_o=sigma_o)
     num_features = _capacity(alpha, beta, num_obs, max_features)
     z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
@@ -110,6 +126,8 @@ def factor_analysis(
     ``(num_obs, dim)``. ``sigma_w`` may be a ``(K,)`` array (a diagonal Σ_w). Other parameters as
     in :func:`linear_gaussian`.
     """
+    num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
+    _positive(alpha=alpha, beta=beta, sigma_a=sigma_a, sigma_o=sigma_o, sigma_w=sigma_w)
     num_features = _capacity(alpha, beta, num_obs, max_features)
     z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
@@ -161,7 +179,15 @@ def restricted_linear_gaussian(
         :func:`~numpyro_bnp.distributions.ibp_capacity` (more features than ``num_obs`` IBP rows
         use with probability below 1e-6).
     """
+    num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
+    _positive(alpha=alpha, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o)
     num_features = _capacity(alpha, concentration, num_obs, max_features)
+    if is_concrete(alpha) and not np.all(np.asarray(alpha) < num_features):
+        raise ValueError(
+            f"alpha must be < max_features: the weak-limit beta process gives each of the K = "
+            f"{num_features} atoms the prior Beta(c alpha/K, c - c alpha/K), which needs "
+            f"alpha < K; got alpha={alpha!r}. Increase max_features (K) or lower alpha"
+        )
     shape = concentration * alpha / num_features
     pi = numpyro.sample(
         "pi", dist.Beta(shape, concentration - shape).expand([num_features]).to_event(1)
@@ -176,7 +202,7 @@ def restricted_linear_gaussian(
 def _crm_truncation(mean_active, truncation):
     """Default number of atoms of a CRM prior: the mean number used plus 12 sd plus 10."""
     if truncation is not None:
-        return truncation
+        return positive_int(truncation, "truncation")
     return int(np.ceil(mean_active + 12.0 * np.sqrt(mean_active) + 10.0))
 
 
@@ -211,6 +237,8 @@ def beta_bernoulli_linear_gaussian(
     features ``c Σ_n λ/(λ+n-1)`` plus a margin) only sizes prior draws; :class:`CRMSlice` is
     untruncated up to its own capacity, and ``K`` follows the substituted ``theta``.
     """
+    num_obs, dim = _sizes(num_obs=num_obs, dim=dim)
+    _positive(mass=mass, concentration=concentration, sigma=sigma, sigma0=sigma0)
     mean_active = mass * float(np.sum(concentration / (concentration + np.arange(num_obs))))
     crm = BetaProcess(mass, concentration, truncation=_crm_truncation(mean_active, truncation))
     return _crm_trait_model(obs, crm, dist.Bernoulli, num_obs, dim, sigma0, sigma)
@@ -229,6 +257,8 @@ def gamma_poisson_linear_gaussian(
     average (with multiplicity) and ``N`` rows use ``γ log(1 + N/λ)`` distinct features on
     average. Sites as in :func:`beta_bernoulli_linear_gaussian`.
     """
+    num_obs, dim = _sizes(num_obs=num_obs, dim=dim)
+    _positive(mass=mass, rate=rate, sigma=sigma, sigma0=sigma0)
     mean_active = mass * float(np.log1p(num_obs / rate))
     crm = GammaProcess(mass, rate, truncation=_crm_truncation(mean_active, truncation))
     return _crm_trait_model(obs, crm, dist.Poisson, num_obs, dim, sigma0, sigma)
@@ -265,7 +295,12 @@ def bnb_combinatorial_clustering(
     :param doc_lengths: ``(num_docs,)`` lengths ``N_d`` (they set ``r_d``).
     :param int vocab_size: ``V``.
     """
+    (vocab_size,) = _sizes(vocab_size=vocab_size)
+    _positive(mass=mass, topic_concentration=topic_concentration, doc_lengths=doc_lengths)
+    _check(lambda c: c > 1, "concentration", "finite and > 1 (r_d > 0 needs it)", concentration)
     doc_lengths = jnp.asarray(doc_lengths)
+    if doc_lengths.ndim != 1 or doc_lengths.shape[0] < 1:
+        raise ValueError(f"doc_lengths must have shape (num_docs,), got {doc_lengths.shape}")
     num_docs = doc_lengths.shape[0]
     r = doc_lengths * (concentration - 1.0) / (mass * concentration)
     if truncation is None:

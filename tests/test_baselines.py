@@ -237,7 +237,7 @@ def test_bad_models_get_clear_errors():
         _bad_run(factor_analysis, x, num_obs=3, dim=2, max_features=4)
     with pytest.raises(ValueError, match="site 'obs' is not observed"):
         _bad_run(linear_gaussian, None, num_obs=3, dim=2, max_features=4)
-    with pytest.raises(ValueError, match="must be finite"):
+    with pytest.raises(ValueError, match="observed site 'obs' contains NaN or infinite values"):
         _bad_run(linear_gaussian, x.at[0, 0].set(jnp.nan), num_obs=3, dim=2, max_features=4)
     with pytest.raises(TypeError, match="model must be"):
         AcceleratedIBPGibbs("linear_gaussian")

@@ -229,7 +229,7 @@ def test_bad_count_dist_and_probs_raise_clear_errors():
         RestrictedBernoulliProcess(ATOMS, dist.Poisson(jnp.ones(2)).to_event(1))
     with pytest.raises(ValueError, match=r"count_dist puts probability .* above the number of"):
         RestrictedBernoulliProcess(ATOMS, exactly(6))
-    with pytest.raises(ValueError, match="non-negative integer count"):
+    with pytest.raises(ValueError, match="count must be a non-negative integer"):
         exactly(-1)
     # mass above I only through zero-probability categories is fine
     RestrictedBernoulliProcess(ATOMS, dist.Categorical(probs=jnp.array([0.5, 0.5, 0, 0, 0, 0, 0])))

@@ -32,7 +32,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
 from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
 
 __all__ = [
@@ -345,9 +345,10 @@ class CompletelyRandomMeasure(Distribution):
         :class:`~numpyro_bnp.infer.CRMSlice` return the instantiated atoms that way): the density
         is then that of its ``m`` nonzero atoms as the ``m`` largest atoms,
         ``Σ_{i<=m} log ν(J_i) - N(J_m)`` (0 for no atom), so that a model conditioned on such a
-        value has a finite log density.
+        value has a finite log density. A value whose last axis is not ``(truncation,)`` is a
+        ``ValueError``.
         """
-        value = jnp.asarray(value, self._dtype)
+        value = jnp.asarray(event_shaped(value, self.event_shape), self._dtype)
         ok = self.support(value)
         feasible = self.support.feasible_like(value)
         present = value > 0

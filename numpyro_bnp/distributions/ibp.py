@@ -18,9 +18,9 @@ from jax.scipy.special import gammainc, gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._checks import event_shaped, is_concrete, positive_int, unit_interval
 from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
-from numpyro_bnp.distributions.crm import BetaProcess
+from numpyro_bnp.distributions.crm import BetaProcess, _check
 
 __all__ = ["RecursiveIBP", "buffet_matrix", "ibp_capacity", "num_active_features"]
 
@@ -75,13 +75,10 @@ def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
             "is a static size; pass the hyper-parameters as Python numbers or compute the "
             "capacity outside the traced function"
         )
-    if not 0.0 < tail_prob < 1.0:
-        raise ValueError(f"tail_prob must lie in (0, 1), got {tail_prob}")
+    tail_prob = unit_interval(tail_prob, "tail_prob")
+    _check(lambda a: a > 0, "alpha", "finite and > 0", alpha)
+    _check(lambda b: b > 0, "beta", "finite and > 0", beta)
     alpha, beta = np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64)
-    if not (np.all(np.isfinite(alpha)) and np.all(alpha > 0)):
-        raise ValueError("alpha must be finite and positive")
-    if not (np.all(np.isfinite(beta)) and np.all(beta > 0)):
-        raise ValueError("beta must be finite and positive")
     with jax.ensure_compile_time_eval(), jax.enable_x64(True):
         rate = float(jnp.max(alpha * generalized_harmonic(beta, num_rows)))
         upper = int(rate + 12 * np.sqrt(rate) + 60)
@@ -112,8 +109,9 @@ class RecursiveIBP(Distribution):
     ``trace[site]["intermediates"]``) and, outside ``jit``, ``sample`` warns. Use
     :func:`ibp_capacity` to choose a capacity with a negligible truncation probability.
 
-    :param alpha: mass α > 0 (expected number of dishes per customer); any batch shape.
-    :param beta: concentration β > 0; broadcast against ``alpha``.
+    :param alpha: mass α > 0 (expected number of dishes per customer); any batch shape. Concrete
+        values must be finite and positive (checked always, not only with ``validate_args``).
+    :param beta: concentration β > 0; broadcast against ``alpha`` (checked as ``alpha``).
     :param int num_rows: number of customers ``N`` (static).
     :param int max_features: column capacity ``K`` (static).
 
@@ -139,6 +137,8 @@ class RecursiveIBP(Distribution):
     def __init__(self, alpha, beta=1.0, *, num_rows, max_features, validate_args=None):
         self.num_rows = positive_int(num_rows, "num_rows")
         self.max_features = positive_int(max_features, "max_features")
+        _check(lambda a: a > 0, "alpha", "finite and > 0", alpha)
+        _check(lambda b: b > 0, "beta", "finite and > 0", beta)
         batch_shape = jnp.broadcast_shapes(jnp.shape(alpha), jnp.shape(beta))
         dtype = jnp.result_type(alpha, beta, float)
         self.alpha = jnp.broadcast_to(jnp.asarray(alpha, dtype), batch_shape)
@@ -223,9 +223,10 @@ class RecursiveIBP(Distribution):
         where ``K_1^{(i)}`` is the number of dishes first taken by customer ``i`` and ``m_k`` the
         column sums. Matrices outside :data:`buffet_matrix` (non-binary, columns not in order of
         first appearance, gaps) get ``-inf``. Shape: broadcast of ``value.shape[:-2]`` and
-        ``batch_shape``.
+        ``batch_shape``; a value whose last two axes are not ``(num_rows, max_features)`` is a
+        ``ValueError`` (the pmf of an ``N``-row buffet is not defined for other matrices).
         """
-        value = jnp.asarray(value)
+        value = event_shaped(value, self.event_shape)
         num_rows = self.num_rows
         dtype = jnp.result_type(self.alpha)
         x = value.astype(dtype)

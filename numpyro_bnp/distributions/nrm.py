@@ -22,7 +22,7 @@ from jax.scipy.special import gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
 from numpyro_bnp._math import (
     _nggp_log_v_mode,
     ggp_laplace_exponent,
@@ -251,9 +251,7 @@ class NGGP(Distribution):
         ``value``: integer labels ``(..., num_points)``; result: broadcast of ``value.shape[:-1]``
         and ``batch_shape``. Non-canonical label vectors get ``-inf``.
         """
-        value = jnp.asarray(value)
-        if value.shape[-1:] != (self.num_points,):
-            raise ValueError(f"value must have shape (..., {self.num_points}), got {value.shape}")
+        value = event_shaped(value, self.event_shape)
         safe = jnp.where(canonical_partition(value)[..., None], value, 0)
         lp = self._log_eppf(safe)
         return jnp.where(canonical_partition(value), lp, -jnp.inf)

@@ -46,7 +46,6 @@ References:
 """
 
 import functools
-import operator
 import warnings
 from typing import NamedTuple
 
@@ -58,7 +57,7 @@ from jax.scipy.special import logsumexp, xlog1py, xlogy
 from numpyro.distributions import Categorical, Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._checks import event_shaped, is_concrete, nonnegative_int, positive_int
 from numpyro_bnp._math import poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
@@ -99,9 +98,7 @@ def exactly(count):
     A :class:`numpyro.distributions.Categorical` on ``0..count`` with all mass on ``count``, so its
     support is the non-negative integers up to ``count`` and ``log_prob`` is ``-inf`` elsewhere.
     """
-    count = operator.index(count)
-    if count < 0:
-        raise ValueError(f"exactly(count) needs a non-negative integer count, got {count}")
+    count = nonnegative_int(count, "count")
     return Categorical(probs=jnp.zeros(count + 1).at[count].set(1.0))
 
 
@@ -271,7 +268,10 @@ class RestrictedBernoulliProcess(Distribution):
     (Esscher invariance). ``Z_f = Σ_{J feasible} f(J)`` renormalises ``f`` over the counts a vector
     of ``I`` atoms can have (``PB_π(J) > 0``); it is 1 whenever ``f`` has no mass above ``I`` and
     all ``π`` lie strictly inside ``(0, 1)``. A ``count_dist`` with *bounded* support reaching
-    above ``I`` is an error; an unbounded one (Poisson) is truncated to ``0..I``.
+    above ``I`` is an error; an unbounded one (Poisson) is truncated to ``0..I``. A ``count_dist``
+    with no mass on the counts ``π`` can produce (``Z_f = 0``, e.g. :func:`exactly` ``(1)`` with
+    every ``π_i = 0``) is an error when the parameters are concrete; traced parameters are not
+    checked (``log_prob`` is then NaN).
 
     ``log_prob`` is exact, through the log-space Poisson-binomial DP
     :func:`numpyro_bnp._math.poisson_binomial_log_pmf` (``O(I²)``). ``sample`` is exact: ``J ~ f``,
@@ -315,6 +315,32 @@ class RestrictedBernoulliProcess(Distribution):
         super().__init__(
             batch_shape=batch_shape, event_shape=(num_atoms,), validate_args=validate_args
         )
+        if is_concrete(self.probs, count_dist):
+            self._check_reachable()
+
+    def _check_reachable(self):
+        """``f`` must put mass on a count the probabilities can produce, for every batch member.
+
+        A vector with ``π`` has ``PB_π(J) > 0`` exactly for ``#{π_i = 1} <= J <= #{π_i > 0}``;
+        when ``f`` has no mass there, the law ``f(J) PB_π(J)`` conditioned on ``J`` does not exist
+        (``Z_f = 0``) and neither ``sample`` nor ``log_prob`` would mean anything.
+        """
+        num_atoms = self.event_shape[0]
+        probs = np.asarray(self.probs)
+        lower, upper = (probs == 1).sum(-1), (probs > 0).sum(-1)
+        log_f = _count_log_pmf(self.count_dist, num_atoms, self.batch_shape, self.probs.dtype)
+        counts = np.arange(num_atoms + 1)
+        reachable = (counts >= lower[..., None]) & (counts <= upper[..., None])
+        ok = (np.isfinite(np.asarray(log_f)) & reachable).any(-1)
+        if not ok.all():
+            first = np.unravel_index(np.argmin(ok), ok.shape) if ok.ndim else ()
+            lo, hi = int(lower[first]), int(upper[first])
+            raise ValueError(
+                f"count_dist puts no probability on the row counts {lo}..{hi} that probs can "
+                f"produce ({lo} atoms with probability 1, {hi} with probability > 0; batch index "
+                f"{tuple(int(i) for i in first)}): give such counts mass, or atoms the "
+                "probabilities to reach the counts of count_dist"
+            )
 
     def _count_tables(self):
         """``(log f̃(J), log PB_π(J))`` for ``J = 0..I``, each ``batch_shape + (I + 1,)``.
@@ -329,8 +355,11 @@ class RestrictedBernoulliProcess(Distribution):
 
     @validate_sample
     def log_prob(self, value):
-        """Exact log pmf; ``-inf`` for non-binary vectors. Shape: ``value.shape[:-1]`` ⊕ batch."""
-        value = jnp.asarray(value)
+        """Exact log pmf; ``-inf`` for non-binary vectors. Shape: ``value.shape[:-1]`` ⊕ batch.
+
+        A value whose last axis is not ``(I,)`` (one entry per atom) is a ``ValueError``.
+        """
+        value = event_shaped(value, self.event_shape)
         x = value.astype(self.probs.dtype)
         count = jnp.clip(jnp.sum(value, -1), 0, self.event_shape[0]).astype(jnp.int32)
         log_bep = jnp.sum(xlogy(x, self.probs) + xlog1py(1.0 - x, -self.probs), -1)
@@ -572,6 +601,7 @@ class RestrictedIBP(Distribution):
         return z, [info]
 
     def log_prob(self, value):
+        event_shaped(value, self.event_shape)  # a wrong shape is the caller's first problem
         raise NotImplementedError(
             "RestrictedIBP has no tractable pmf: it is an expectation over the beta process of "
             "prod_n f(|Z_n|) BeP(Z_n | mu) / PB_mu(|Z_n|). Use RestrictedBernoulliProcess given "

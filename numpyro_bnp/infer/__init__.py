@@ -1,8 +1,8 @@
 """Inference engines that consume a user's NumPyro model."""
 
-from numpyro_bnp.infer.baselines import AcceleratedGibbsState, AcceleratedIBPGibbs
+from numpyro_bnp.infer.baselines import AcceleratedIBPGibbs, AcceleratedIBPGibbsState
 from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
-from numpyro_bnp.infer.restricted_gibbs import RestrictedGibbsState, RestrictedIBPGibbs
+from numpyro_bnp.infer.restricted_gibbs import RestrictedIBPGibbs, RestrictedIBPGibbsState
 from numpyro_bnp.infer.ribp import RIBPFilter, RIBPInfo, RIBPResult, RIBPState
 from numpyro_bnp.infer.streaming import (
     BadBatchError,
@@ -14,8 +14,8 @@ from numpyro_bnp.infer.streaming import (
 )
 
 __all__ = [
-    "AcceleratedGibbsState",
     "AcceleratedIBPGibbs",
+    "AcceleratedIBPGibbsState",
     "BadBatchError",
     "CRMSlice",
     "CRMSliceState",
@@ -24,8 +24,8 @@ __all__ = [
     "RIBPInfo",
     "RIBPResult",
     "RIBPState",
-    "RestrictedGibbsState",
     "RestrictedIBPGibbs",
+    "RestrictedIBPGibbsState",
     "StreamingEngine",
     "StreamingResult",
     "load",

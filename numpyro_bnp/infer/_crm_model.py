@@ -41,6 +41,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
+from numpyro_bnp._checks import is_concrete, observed_array
 from numpyro_bnp.distributions import BetaProcess, CompletelyRandomMeasure, RecursiveIBP
 from numpyro_bnp.infer._model import (
     TracedSites,
@@ -187,6 +188,19 @@ def _observed_and_atom_sites(read, rest, num_rows, after, truncation, kind, role
     return obs, atoms[0]
 
 
+def _observed_value(obs, dim):
+    """The data of the observed site ``obs`` (``None`` when traced without data), checked on the
+    host by :func:`numpyro_bnp._checks.observed_array`: real, ``(N, dim)``, finite in the working
+    dtype."""
+    if not obs["is_observed"]:
+        return None
+    value = obs["value"]
+    if is_concrete(value):
+        name = f"the data of the observed site {obs['name']!r}"
+        observed_array(value, name, dtype=jnp.result_type(float), dim=dim)
+    return np.asarray(value)
+
+
 def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
     """Trace ``model`` once and locate the sites of a CRM latent trait model (module docstring).
 
@@ -200,9 +214,9 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
     def stand_in(site):
         # Fixed values in the support instead of (slow, eager) draws of the atoms, topics and
         # rates: the checks below need shapes and some values, any values in the support serve.
+        if site["type"] != "sample" or site["value"] is not None:
+            return None  # deterministic sites, observed or given values
         base = unwrap(site["fn"])
-        if site["value"] is not None:
-            return None
         shape = site["fn"].shape()
         if isinstance(base, CompletelyRandomMeasure):
             return jnp.asarray(-np.sort(-noise.uniform(0.05, 0.95, shape)), dtype)
@@ -326,7 +340,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         trait_loc=loc[0].copy(),
         trait_var=var[0].copy(),
         obs_site=obs["name"],
-        obs_value=np.asarray(obs["value"]) if obs["is_observed"] else None,
+        obs_value=_observed_value(obs, dim),
         noise_var=noise_var,
         dim=int(dim),
         site_summary=read.summary,
@@ -384,9 +398,8 @@ def _read_topic_model(model, read, crm_node, rate_node):
     obs_rate = np.broadcast_to(np.asarray(base.rate, np.float64), obs_shape)
     if not np.allclose(obs_rate, mean, rtol=1e-5, atol=1e-8):
         fail(f"the Poisson site {obs['name']!r} with mean {rate_site} @ {topic['name']}")
-    value = None
-    if obs["is_observed"]:
-        value = np.asarray(obs["value"])
+    value = _observed_value(obs, vocab)
+    if value is not None:
         if not (
             np.all(np.isfinite(value)) and np.all(value >= 0) and np.all(value == np.round(value))
         ):

@@ -57,7 +57,7 @@ from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
 from numpyro.distributions import constraints
 
-from numpyro_bnp._checks import is_concrete
+from numpyro_bnp._checks import is_concrete, observed_array
 from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess
 
 __all__ = [
@@ -500,9 +500,9 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
         # Fixed random values instead of (slow, eager) draws of the rows, weights and features:
         # only the shapes, the weights-are-probs check and the linear-Gaussian check need values,
         # and any value in the support serves.
+        if site["type"] != "sample" or site["value"] is not None:
+            return None  # deterministic sites, observed or given values
         fn, base = site["fn"], unwrap(site["fn"])
-        if site["value"] is not None:
-            return None
         if isinstance(base, RestrictedBernoulliProcess):
             return jnp.asarray(noise.integers(0, 2, fn.shape()), jnp.int32)
         if isinstance(base, dist.Beta):
@@ -543,6 +543,9 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
     if not obs["is_observed"]:
         fail(f"data at the observed site {obs['name']!r} (pass the observations)")
     dim = tuple(jnp.shape(obs["value"]))[1]
+    if is_concrete(obs["value"]):
+        name = f"the data of the observed site {obs['name']!r}"
+        observed_array(obs["value"], name, dtype=jnp.result_type(float), dim=dim)
     latent = [s for s in rest if s is not obs]
     features = _feature_site(latent, max_features, dim, fail)
     others = [s["name"] for s in latent if s is not features]

@@ -55,18 +55,19 @@ from jax.scipy.linalg import cho_solve
 from jax.scipy.special import gammaln
 from numpyro import handlers
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import is_prng_key
 
+from numpyro_bnp._checks import is_concrete, model_function, observed_array, positive_int
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
+from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 from numpyro_bnp.infer._model import read_feature_model
 
-__all__ = ["AcceleratedGibbsState", "AcceleratedIBPGibbs"]
+__all__ = ["AcceleratedIBPGibbs", "AcceleratedIBPGibbsState"]
 
 _ENGINE = "AcceleratedIBPGibbs"
 
 
-class AcceleratedGibbsState(NamedTuple):
+class AcceleratedIBPGibbsState(NamedTuple):
     """State of :class:`AcceleratedIBPGibbs` (one chain; vectorized chains add a leading axis).
 
     :ivar i: number of sweeps done (int32).
@@ -138,7 +139,8 @@ def _read_config(model, model_args, model_kwargs):
 
 
 def _observed(model, cfg, model_args, model_kwargs):
-    """The observed value ``X`` ``(N, D)`` of the model (traceable; ``Z``, ``A`` substituted)."""
+    """The observed value ``X`` ``(N, D)`` of the model as given (traceable; ``Z``, ``A``
+    substituted); the callers check it and cast it to the working dtype."""
     data = {
         cfg.z_site: jnp.zeros((cfg.num_rows, cfg.capacity), jnp.int32),
         cfg.a_site: jnp.zeros((cfg.capacity, cfg.dim)),
@@ -150,7 +152,7 @@ def _observed(model, cfg, model_args, model_kwargs):
             f"{_ENGINE} needs data: the site {cfg.obs_site!r} is not observed (pass the "
             "observations to the model, e.g. mcmc.run(key, obs=X, ...))"
         )
-    return jnp.asarray(site["value"])
+    return site["value"]
 
 
 def _posterior(ztz, ztx, cfg):
@@ -203,7 +205,7 @@ def _finish(key, z, x, cfg, i, saturated):
     a = mean + jax.scipy.linalg.solve_triangular(chol, noise, lower=True, trans=1)
     prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
     log_joint = prior.log_prob(z) + _collapsed_log_marginal(chol, ztx, mean, jnp.sum(x * x), cfg)
-    return AcceleratedGibbsState(
+    return AcceleratedIBPGibbsState(
         i=jnp.asarray(i, jnp.int32),
         z={cfg.z_site: z, cfg.a_site: a},
         num_active=num_active_features(z).astype(jnp.int32),
@@ -367,12 +369,8 @@ class AcceleratedIBPGibbs(MCMCKernel):
     sample_field = "z"
 
     def __init__(self, model, *, refresh_every=64):
-        if not callable(model):
-            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
-        if not (isinstance(refresh_every, int | np.integer) and refresh_every >= 1):
-            raise ValueError(f"refresh_every must be a positive int, got {refresh_every!r}")
-        self._model = model
-        self.refresh_every = int(refresh_every)
+        self._model = model_function(model)
+        self.refresh_every = positive_int(refresh_every, "refresh_every")
         self._cfg = None
         self._batched = False
 
@@ -383,15 +381,16 @@ class AcceleratedIBPGibbs(MCMCKernel):
     def _config(self, model_args, model_kwargs):
         cfg = _read_config(self._model, model_args, model_kwargs)
         x = _observed(self._model, cfg, model_args, model_kwargs)
-        if not isinstance(x, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x))):
-            raise ValueError(f"the observations of site {cfg.obs_site!r} must be finite")
+        if is_concrete(x):
+            name = f"the data of the observed site {cfg.obs_site!r}"
+            observed_array(x, name, dtype=jnp.result_type(float), dim=cfg.dim)
         return cfg, x
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         cfg, x = self._config(model_args, model_kwargs)
         self._cfg = cfg
         x = jnp.asarray(x, jnp.result_type(float))
-        self._batched = not is_prng_key(rng_key)
+        self._batched = chains_batched(rng_key, _ENGINE)
         shape = (cfg.num_rows, cfg.capacity)
         z0 = None
         if init_params is not None:
@@ -407,8 +406,7 @@ class AcceleratedIBPGibbs(MCMCKernel):
         def init_fn(key, z):
             return _init_chain(key, z, x, cfg)
 
-        if self._batched:
-            init_fn = jax.vmap(init_fn, in_axes=(0, None if z0 is None else 0))
+        init_fn = over_chains(init_fn, self._batched, (0, None if z0 is None else 0))
         return init_fn(rng_key, z0)
 
     def sample(self, state, model_args, model_kwargs):
@@ -418,7 +416,11 @@ class AcceleratedIBPGibbs(MCMCKernel):
         x = _observed(self._model, cfg, model_args, model_kwargs)
         x = jnp.asarray(x, jnp.result_type(float))
         sweep = functools.partial(_sweep, x=x, cfg=cfg, refresh_every=self.refresh_every)
-        return jax.vmap(sweep)(state) if self._batched else sweep(state)
+        return over_chains(sweep, self._batched)(state)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        """The sampled site values plus the model's deterministic sites at them."""
+        return with_deterministic(self._model, model_args, model_kwargs)
 
     def get_diagnostics_str(self, state):
         sat = ", saturated" if bool(state.saturated) else ""

@@ -53,14 +53,16 @@ from jax import lax, random
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import identity, is_prng_key
+from numpyro.util import identity
 
+from numpyro_bnp._checks import model_function, nonnegative_int, positive_float, positive_int
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.crm import REPRESENTATIONS
 from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._crm_atoms import AtomSeries
 from numpyro_bnp.infer._crm_model import read_crm_trait_model
+from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 
 __all__ = ["CRMSlice", "CRMSliceState"]
 
@@ -107,18 +109,6 @@ class CRMSliceState(NamedTuple):
     counts: jnp.ndarray
     allocation: jnp.ndarray
     rng_key: jnp.ndarray
-
-
-def _positive(value, name):
-    if isinstance(value, bool) or not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return float(value)
-
-
-def _count(value, name, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class CRMSlice(MCMCKernel):
@@ -182,21 +172,20 @@ class CRMSlice(MCMCKernel):
         mark_step=0.3,
         n_swaps=5,
     ):
-        if not callable(model):
-            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
+        model_function(model)
         if representation not in REPRESENTATIONS:
             raise ValueError(
                 f"representation must be one of {REPRESENTATIONS}, got {representation!r}"
             )
         self._model = model
         self.representation = representation
-        self.xi_scale = _positive(xi_scale, "xi_scale")
-        self.max_atoms = None if max_atoms is None else _count(max_atoms, "max_atoms")
-        self.n_gamma = _count(n_gamma, "n_gamma", 0)
-        self.gamma_step = _positive(gamma_step, "gamma_step")
-        self.n_marks = _count(n_marks, "n_marks", 0)
-        self.mark_step = _positive(mark_step, "mark_step")
-        self.n_swaps = _count(n_swaps, "n_swaps", 0)
+        self.xi_scale = positive_float(xi_scale, "xi_scale")
+        self.max_atoms = None if max_atoms is None else positive_int(max_atoms, "max_atoms")
+        self.n_gamma = nonnegative_int(n_gamma, "n_gamma")
+        self.gamma_step = positive_float(gamma_step, "gamma_step")
+        self.n_marks = nonnegative_int(n_marks, "n_marks")
+        self.mark_step = positive_float(mark_step, "mark_step")
+        self.n_swaps = nonnegative_int(n_swaps, "n_swaps")
         self.spec = None
         self._batched = False
         self._gibbs = False
@@ -229,14 +218,15 @@ class CRMSlice(MCMCKernel):
         )
 
     def postprocess_fn(self, model_args, model_kwargs):
-        """Zero the traits of unused atoms (their values are prior draws, not posterior).
+        """Zero the traits of unused atoms (their values are prior draws, not posterior), then add
+        the model's deterministic sites at the sampled values.
 
-        Topic model: the identity (topics and rates are zero beyond the instantiated atoms;
-        unused instantiated atoms keep their prior topic and their ``Gamma(r_d, θ_k)`` rates).
+        Topic model: no zeroing (topics and rates are zero beyond the instantiated atoms; unused
+        instantiated atoms keep their prior topic and their ``Gamma(r_d, θ_k)`` rates).
         """
         spec = self.spec
         if self._topics:
-            return lambda z: z
+            return with_deterministic(self._model, model_args, model_kwargs)
 
         def fn(z):
             used = jnp.any(z[spec.count_site] != 0, axis=-2)
@@ -244,17 +234,29 @@ class CRMSlice(MCMCKernel):
             out[spec.trait_site] = jnp.where(used[..., None], z[spec.trait_site], 0.0)
             return out
 
-        return fn
+        return with_deterministic(self._model, model_args, model_kwargs, fn)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        """A chain (or a batch of chains) with no instantiated atom.
+
+        ``init_params`` is refused with a ``ValueError``: the sampler's state (arrival times,
+        marks, the atom buffer) cannot be rebuilt from site values. As a block of
+        :class:`numpyro.infer.Gibbs` the composite always hands every block its sites' values
+        drawn from the prior; the block starts from its own empty state instead.
+        """
+        gibbs = bool(model_kwargs and model_kwargs.get(GIBBS_SITES_KWARG))
+        given = init_params is not None and not (isinstance(init_params, dict) and not init_params)
+        if given and not gibbs:
+            raise ValueError(
+                "CRMSlice does not take init_params (got sites "
+                f"{sorted(init_params) if isinstance(init_params, dict) else init_params!r}): "
+                "every chain starts from no instantiated atom, the first sweeps reveal them from "
+                "the prior; to continue a run set mcmc.post_warmup_state = mcmc.last_state"
+            )
         self._read(model_args, model_kwargs)
-        if is_prng_key(rng_key):
-            self._batched = False
-            self._sample_fn = self._sample_one
-            return self._init_one(rng_key)
-        self._batched = True  # chain_method="vectorized": a batch of keys
-        self._sample_fn = jax.vmap(self._sample_one)
-        return jax.vmap(self._init_one)(rng_key)
+        self._batched = chains_batched(rng_key, "CRMSlice")
+        self._sample_fn = over_chains(self._sample_one, self._batched)
+        return over_chains(self._init_one, self._batched)(rng_key)
 
     def sample(self, state, model_args, model_kwargs):
         if self._sample_fn is None:
@@ -451,7 +453,7 @@ class CRMSlice(MCMCKernel):
         ``mcmc.run(...)`` continues the chains with the larger buffer (one recompilation).
         """
         old = state.arrivals.shape[-1]
-        new = 2 * old if max_atoms is None else _count(max_atoms, "max_atoms")
+        new = 2 * old if max_atoms is None else positive_int(max_atoms, "max_atoms")
         if new < old:
             raise ValueError(f"max_atoms must be >= the current capacity {old}, got {new}")
         pad = new - old

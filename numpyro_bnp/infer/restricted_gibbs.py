@@ -58,16 +58,17 @@ from jax import lax, random
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import betaln, logsumexp
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import is_prng_key
 
+from numpyro_bnp._checks import model_function
 from numpyro_bnp._math import poisson_binomial_add_atom, poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
     suffix_log_pmf,
 )
+from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 from numpyro_bnp.infer._model import read_restricted_feature_model
 
-__all__ = ["RestrictedGibbsState", "RestrictedIBPGibbs"]
+__all__ = ["RestrictedIBPGibbs", "RestrictedIBPGibbsState"]
 
 _LOGIT_WIDTH = 4.0  # slice width for logit π_k (posterior sd ~ 1/sqrt(m_k); prior tails ~ K/α)
 _TILT_WIDTH = 1.0
@@ -75,7 +76,7 @@ _MAX_STEPS = 32  # stepping-out limit per side (exact for any limit, Neal 2003 �
 _MAX_SHRINK = 100  # shrinkage halves the bracket around the current point: never reached
 
 
-class RestrictedGibbsState(NamedTuple):
+class RestrictedIBPGibbsState(NamedTuple):
     """State of :class:`RestrictedIBPGibbs` (one chain; vectorized chains add a leading axis).
 
     :ivar i: iteration.
@@ -464,9 +465,7 @@ class RestrictedIBPGibbs(MCMCKernel):
     sample_field = "z"
 
     def __init__(self, model, *, anneal=True):
-        if not callable(model):
-            raise TypeError(f"model must be a NumPyro model function, got {type(model).__name__}")
-        self._model = model
+        self._model = model_function(model)
         self._anneal = bool(anneal)
         self._num_warmup = 0
         self._spec = None
@@ -551,13 +550,13 @@ class RestrictedIBPGibbs(MCMCKernel):
             self._read_for = (model_args, model_kwargs, jax.jit(init_one), {})
         _, _, init_one, batched = self._read_for
         pi, z = self._init_params(init_params)
-        if is_prng_key(rng_key):
-            self._batched = False
+        self._batched = chains_batched(rng_key, "RestrictedIBPGibbs")
+        if not self._batched:
             return init_one(rng_key, pi, z)
-        self._batched = True  # chain_method="vectorized": a batch of keys (and of init params)
+        # chain_method="vectorized": a batch of keys (and of init params)
         in_axes = (0, None if pi is None else 0, None if z is None else 0)
         if in_axes not in batched:
-            batched[in_axes] = jax.jit(jax.vmap(init_one, in_axes=in_axes))
+            batched[in_axes] = jax.jit(over_chains(init_one, True, in_axes))
         return batched[in_axes](rng_key, pi, z)
 
     def _init_one(self, rng_key, pi, z, model_args, model_kwargs):
@@ -580,7 +579,7 @@ class RestrictedIBPGibbs(MCMCKernel):
             )
         z = jnp.asarray(z, jnp.int32)
         a, log_lik = _draw_features(k_a, z, nums, dtype)
-        return RestrictedGibbsState(
+        return RestrictedIBPGibbsState(
             i=jnp.zeros((), jnp.int32),
             z=self._values(logits, z, a),
             logits=logits,
@@ -604,7 +603,7 @@ class RestrictedIBPGibbs(MCMCKernel):
         logits = _update_logits(k_pi, logits, z, nums.beta_a, nums.beta_b, spec.max_count)
         logits = _tilt(k_tilt, logits, nums.beta_a, nums.beta_b)
         a, log_lik = _draw_features(k_a, z, nums, logits.dtype)
-        return RestrictedGibbsState(
+        return RestrictedIBPGibbsState(
             i=state.i + 1,
             z=self._values(logits, z, a),
             logits=logits,
@@ -618,4 +617,8 @@ class RestrictedIBPGibbs(MCMCKernel):
         def one(s):
             return self._sample_one(s, model_args, model_kwargs)
 
-        return jax.vmap(one)(state) if self._batched else one(state)
+        return over_chains(one, self._batched)(state)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        """The sampled site values plus the model's deterministic sites at them."""
+        return with_deterministic(self._model, model_args, model_kwargs)
