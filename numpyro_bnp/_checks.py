@@ -8,6 +8,7 @@ same things with the same words:
 * :func:`positive_float`, :func:`unit_interval` — scalar options of engines;
 * :func:`floating_dtype` — the working dtype of an engine's state;
 * :func:`model_function` — a NumPyro model function;
+* :func:`prng_key` — one JAX PRNG key (never a silent default);
 * :func:`observed_array` — a user's observed data: real numbers (never complex), the expected
   shape, and finite *after* the cast to the working dtype (1e300 is finite in float64, not in
   float32);
@@ -15,7 +16,8 @@ same things with the same words:
   optionally, positive in the working dtype;
 * :func:`event_shaped` — a value handed to a distribution's ``log_prob``: its trailing axes
   must be the distribution's event shape (the leading ones broadcast against the batch shape);
-* :func:`is_concrete` — whether values can be checked on the host (no JAX tracer among them).
+* :func:`is_concrete` — whether values can be checked on the host (no JAX tracer among them);
+* :class:`FixedOptions` — engine options that cannot change after construction.
 
 Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (wrong shape or range)
 whose message starts with the argument's name.
@@ -28,6 +30,7 @@ import jax
 import numpy as np
 
 __all__ = [
+    "FixedOptions",
     "event_shaped",
     "finite_in_dtype",
     "floating_dtype",
@@ -37,6 +40,7 @@ __all__ = [
     "observed_array",
     "positive_float",
     "positive_int",
+    "prng_key",
     "unit_interval",
 ]
 
@@ -112,6 +116,17 @@ def model_function(model, name="model"):
     if not callable(model) or isinstance(model, type):
         raise TypeError(f"{name} must be a NumPyro model function, got {type(model).__name__}")
     return model
+
+
+def prng_key(value, name="rng_key"):
+    """``value`` if it is one JAX PRNG key (``PRNGKey(seed)`` or a typed key), else a TypeError."""
+    from numpyro.util import is_prng_key
+
+    if value is None or not is_prng_key(value):
+        raise TypeError(
+            f"{name} must be a JAX PRNG key such as jax.random.PRNGKey(0), got {value!r}"
+        )
+    return value
 
 
 def observed_array(data, name, *, dtype, dim=None, ndim=2, row=False):
@@ -196,3 +211,23 @@ def event_shaped(value, event_shape, name="value"):
 def is_concrete(*values):
     """True when no leaf of ``values`` is a JAX tracer (their values can be checked on the host)."""
     return not any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
+
+
+class FixedOptions:
+    """Mix-in for engines whose compiled functions close over their options.
+
+    The attributes named in ``fixed_options`` can be set once (in ``__init__``); setting one
+    again raises ``AttributeError`` instead of leaving compiled code that silently uses the old
+    value.
+    """
+
+    fixed_options = ()
+
+    def __setattr__(self, name, value):
+        if name in self.fixed_options and name in self.__dict__:
+            cls = type(self).__name__
+            raise AttributeError(
+                f"{cls}.{name} is fixed when the engine is built (its compiled functions use "
+                f"it); build a new {cls}(..., {name}=...) instead"
+            )
+        super().__setattr__(name, value)

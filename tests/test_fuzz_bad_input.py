@@ -22,11 +22,12 @@ from numpyro_bnp.distributions import (
     BetaProcess,
     GammaProcess,
     RecursiveIBP,
+    RestrictedBernoulliProcess,
     RestrictedIBP,
     exactly,
     ibp_capacity,
 )
-from numpyro_bnp.infer import RIBPFilter
+from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice, RestrictedIBPGibbs, RIBPFilter
 from numpyro_bnp.models import linear_gaussian
 
 FUZZ = settings(
@@ -208,3 +209,64 @@ def test_counts_outside_the_poisson_support(counts_filter, row, col, value):
     batch = np.ones((4, DIM))
     batch[row, col] = value
     raises_naming("batch", counts_filter.check_batch, batch)
+
+
+# ---------------------------------------------------------------------------- MCMC kernels
+N_ROWS = 6
+
+
+def ibp_model(obs=None):
+    z = numpyro.sample("Z", RecursiveIBP(1.0, 1.0, num_rows=N_ROWS, max_features=6))
+    a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([6, 2]).to_event(2))
+    return numpyro.sample("obs", dist.Normal(z @ a, 0.5).to_event(2), obs=obs)
+
+
+def restricted_model(obs=None):
+    pi = numpyro.sample("pi", dist.Beta(0.3, 0.7).expand([6]).to_event(1))
+    z = numpyro.sample("Z", RestrictedBernoulliProcess(pi, exactly(1)).expand([N_ROWS]).to_event(1))
+    a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([6, 2]).to_event(2))
+    return numpyro.sample("obs", dist.Normal(z @ a, 0.5).to_event(2), obs=obs)
+
+
+KERNELS = {
+    "CRMSlice": (CRMSlice, ibp_model),
+    "RestrictedIBPGibbs": (RestrictedIBPGibbs, restricted_model),
+    "AcceleratedIBPGibbs": (AcceleratedIBPGibbs, ibp_model),
+}
+
+
+@st.composite
+def bad_observations(draw):
+    """``(N, 2)`` data with a NaN or infinity somewhere, or complex, or text."""
+    kind = draw(st.sampled_from(["value", "complex", "text"]))
+    if kind == "complex":
+        return np.zeros((N_ROWS, 2)) + 1j
+    if kind == "text":
+        return np.full((N_ROWS, 2), "0.5")
+    obs = np.zeros((N_ROWS, 2))
+    obs[draw(st.integers(0, N_ROWS - 1)), draw(st.integers(0, 1))] = draw(
+        st.sampled_from([np.nan, np.inf, -np.inf])
+    )
+    return obs
+
+
+@settings(FUZZ, max_examples=10)
+@given(engine=st.sampled_from(sorted(KERNELS)), obs=bad_observations())
+def test_kernels_name_the_observed_site_of_bad_data(engine, obs):
+    kernel_cls, model = KERNELS[engine]
+    raises_naming("'obs'", kernel_cls(model).init, random.PRNGKey(0), 0, None, (), {"obs": obs})
+
+
+@FUZZ
+@given(
+    option=st.sampled_from(["max_atoms", "n_gamma", "n_marks", "n_swaps", "xi_scale"]),
+    bad=st.one_of(st.integers(max_value=-1), st.text(max_size=2), st.booleans(), st.just(np.nan)),
+)
+def test_crm_slice_options(option, bad):
+    raises_naming(option, CRMSlice, ibp_model, **{option: bad})
+
+
+@FUZZ
+@given(bad=not_a_size)
+def test_accelerated_gibbs_options(bad):
+    raises_naming("refresh_every", AcceleratedIBPGibbs, ibp_model, refresh_every=bad)

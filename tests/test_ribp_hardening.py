@@ -226,3 +226,11 @@ def test_model_cache_compares_large_argument_arrays_by_value():
     assert key != model_cache_key(shifted_prior, (first,), {"dim": 2.0})
     assert key != model_cache_key(linear_gaussian, (first,), {"dim": 2})
     assert key == model_cache_key(shifted_prior, (jnp.asarray(first),), {"dim": 2})
+
+
+def test_options_closed_over_by_compiled_code_cannot_change():
+    filt = RIBPFilter(linear_gaussian, num_steps=2)
+    for option, value in (("num_steps", 5), ("ossify", False), ("dtype", np.float32)):
+        with pytest.raises(AttributeError, match=f"RIBPFilter.{option} is fixed"):
+            setattr(filt, option, value)
+    assert filt.num_steps == 2 and filt.ossify

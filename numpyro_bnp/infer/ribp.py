@@ -107,13 +107,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from numpyro.util import is_prng_key
 
 from numpyro_bnp._checks import (
+    FixedOptions,
     finite_in_dtype,
     floating_dtype,
     model_function,
     positive_int,
+    prng_key,
     unit_interval,
 )
 from numpyro_bnp._math import bernoulli_kl, logit, normal_kl, poisson_interval_probs
@@ -178,7 +179,7 @@ class RIBPInfo(NamedTuple):
     truncation: jnp.ndarray
 
 
-class RIBPFilter:
+class RIBPFilter(FixedOptions):
     """R-IBP streaming filter on a NumPyro latent feature model (see the module docstring).
 
     :param model: a NumPyro model with a :class:`~numpyro_bnp.distributions.RecursiveIBP` site,
@@ -218,6 +219,18 @@ class RIBPFilter:
         (500, 6)
     """
 
+    fixed_options = (
+        "model",
+        "num_steps",
+        "max_features",
+        "likelihood",
+        "feature_update",
+        "ossify",
+        "newton_steps",
+        "retire_threshold",
+        "truncation_tol",
+        "dtype",
+    )
     # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine)
     state_type = RIBPState
     progress_key = "num_features"
@@ -880,7 +893,7 @@ class RIBPFilter:
     def posterior_draws(self, rng_key, state, num_draws):
         """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
         self._require_init()
-        _check_key(rng_key)
+        prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
         return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws)
 
@@ -909,7 +922,7 @@ class RIBPFilter:
         :return: ``(M,)`` estimates of ``log p(o | data)``.
         """
         self._require_init()
-        _check_key(rng_key)
+        prng_key(rng_key)
         num_samples = positive_int(num_samples, "num_samples")
         batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(test_obs, name="test_obs"))
@@ -927,14 +940,6 @@ class RIBPFilter:
         batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(obs, name="obs"))
         return _ribp_predictive.feature_use(self, state, obs, batch_size)
-
-
-def _check_key(rng_key):
-    """``TypeError`` naming ``rng_key`` unless it is one JAX PRNG key."""
-    if rng_key is None or not is_prng_key(rng_key):
-        raise TypeError(
-            f"rng_key must be a JAX PRNG key such as jax.random.PRNGKey(0), got {rng_key!r}"
-        )
 
 
 class RIBPResult(streaming.StreamingResult):

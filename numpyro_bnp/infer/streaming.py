@@ -32,7 +32,7 @@ import numpy as np
 from jax import lax
 
 from numpyro_bnp import arviz_compat
-from numpyro_bnp._checks import observed_array, positive_int
+from numpyro_bnp._checks import observed_array, positive_int, prng_key
 
 __all__ = [
     "BadBatchError",
@@ -495,8 +495,7 @@ class StreamingResult:
         ``sample_stats`` holds every trace with a ``time`` dimension (``chain = draw = 1``).
         Returns an ``InferenceData`` (ArviZ 0.23) or a ``DataTree`` (ArviZ 1.x).
         """
-        if rng_key is None:
-            raise TypeError("rng_key must be a JAX PRNG key (e.g. jax.random.PRNGKey(0)), got None")
+        prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
         draws, dims = self.engine.posterior_draws(rng_key, self.state, num_draws)
         groups = {
