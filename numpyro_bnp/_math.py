@@ -127,7 +127,7 @@ def poisson_interval_probs(rate_lo, rate_hi, num_events):
 # ---------------------------------------------------------------------------------------------
 # Normalized generalized gamma process (NGGP): Laplace exponent, EPPF weights V_{n,K}, U | z.
 # References: Lijoi, Mena & Prünster (2007); James, Lijoi & Prünster (2009); Favaro & Teh (2013);
-# spec ``../shared/specs/nrm_adf_ep.md`` §1.2 and §2.
+# Tank, Foti & Fox (2015), Eqs. 4-6. Summary and numerics: ``docs/distributions.md``, "NGGP".
 # ---------------------------------------------------------------------------------------------
 
 _BRACKET = 800.0  # log-u search interval [-_BRACKET, _BRACKET] for the mode of the U integrand
@@ -148,9 +148,9 @@ def ggp_laplace_exponent(u, mass, sigma, tau):
     .. math::
         ψ(u) = \frac{a}{σ}\big((u+τ)^σ - τ^σ\big)\ (σ > 0), \qquad ψ(u) = a \log(1 + u/τ)\ (σ = 0)
 
-    (spec ``nrm_adf_ep.md`` §1.2). Evaluated as :math:`a (u+τ)^σ (1 - e^{-σ D}) / σ` with
-    :math:`D = \log(1 + u/τ)`, which is continuous as σ → 0 and covers τ = 0 (``D = ∞``) without
-    a special case. All arguments broadcast; ``u >= 0``.
+    (of the Lévy density of Tank, Foti & Fox 2015, Eq. 4; Lijoi, Mena & Prünster 2007). Evaluated as
+    :math:`a (u+τ)^σ (1 - e^{-σ D}) / σ` with :math:`D = \log(1 + u/τ)`, which is continuous as σ →
+    0 and covers τ = 0 (``D = ∞``) without a special case. All arguments broadcast; ``u >= 0``.
     """
     u = jnp.asarray(u)
     dtype = jnp.result_type(u, mass, sigma, tau, float)
@@ -171,8 +171,10 @@ def _ggp_psi_log_u(x, mass, sigma, log_tau):
 def _u_log_density(x, n, k, log_mass, sigma, log_tau):
     r"""``g(x) = n x + (kσ - n) log(e^x + τ) - ψ(e^x)`` and its first two derivatives in ``x``.
 
-    ``exp(g)`` is the joint density of ``(z, log U_n)`` up to ``a^k / Γ(n)`` (spec §2.1, with the
-    Jacobian ``du = u dx``); ``g`` is strictly concave when ``k σ <= n`` (spec §3.4).
+    ``exp(g)`` is the joint density of ``(z, log U_n)`` up to ``a^k / Γ(n)`` (James, Lijoi &
+    Prünster 2009; Tank, Foti & Fox 2015, Eq. 6; with the Jacobian ``du = u dx``); ``g`` is
+    strictly concave when ``k σ <= n`` (derived here: ``(kσ - n) log(e^x + τ)`` is a non-positive
+    multiple of a convex function of ``x``, and ``ψ(e^x)`` is convex in ``x``).
     """
     mass = jnp.exp(log_mass)
     psi, log_t, w, one_minus_w = _ggp_psi_log_u(x, mass, sigma, log_tau)
@@ -286,7 +288,10 @@ def _log_integral_exp_concave(fun, x_mode, num_nodes, tail_iters=_TAIL_ITERS):
 
 
 def _nggp_scaled(mass, sigma, tau):
-    """Scale to τ = 1 (EPPF(a, σ, τ) = EPPF(a τ^σ, σ, 1), spec §1.1): ``log a'`` and a safe σ.
+    """Scale to τ = 1 (EPPF(a, σ, τ) = EPPF(a τ^σ, σ, 1)): ``log a'`` and a safe σ.
+
+    Derived here: if ``G ~ GGP(a, σ, τ)`` then ``τ G ~ GGP(a τ^σ, σ, 1)``, and normalizing removes
+    the factor ``τ``.
 
     The closed-form cases (σ = 0 or τ = 0) get harmless stand-in values.
     """
@@ -305,13 +310,13 @@ def nggp_log_v(n, k, mass, sigma, tau, *, num_nodes=96):
         V_{n,k} = \frac{a^k}{Γ(n)} \int_0^\infty u^{n-1} (u+τ)^{kσ-n} e^{-ψ(u)}\,du,
         \qquad p(n_1, \dots, n_k) = V_{n,k} \prod_j (1-σ)_{n_j - 1}
 
-    (spec ``nrm_adf_ep.md`` §2.2). Closed forms are used where they are exact and stable:
-    σ = 0 (Dirichlet process, ``a^k Γ(a) / Γ(a + n)``) and τ = 0 (normalized stable,
-    ``σ^{k-1} Γ(k) / Γ(n)``; the Pitman–Yor(σ, 0) EPPF). Otherwise the integral is computed by
-    Gauss–Legendre quadrature in ``x = log u`` around the mode of the concave log integrand (never
-    the alternating incomplete-gamma sum, which cancels catastrophically for n beyond a few
-    tens), after rescaling to τ = 1; the error estimate is the difference to the rule with half
-    the nodes (0 for the closed forms).
+    (Lijoi, Mena & Prünster 2007; James, Lijoi & Prünster 2009). Closed forms are used where they
+    are exact and stable: σ = 0 (Dirichlet process, ``a^k Γ(a) / Γ(a + n)``) and τ = 0 (normalized
+    stable, ``σ^{k-1} Γ(k) / Γ(n)``; the Pitman–Yor(σ, 0) EPPF). Otherwise the integral is computed
+    by Gauss–Legendre quadrature in ``x = log u`` around the mode of the concave log integrand
+    (never the alternating incomplete-gamma sum, which cancels catastrophically for n beyond a few
+    tens), after rescaling to τ = 1; the error estimate is the difference to the rule with half the
+    nodes (0 for the closed forms).
 
     :param n: number of items ``>= 1``; ``k``: number of blocks, ``1 <= k <= n``. Any shape,
         broadcast against the parameters ``mass > 0``, ``0 <= sigma < 1``, ``tau >= 0``
@@ -397,8 +402,8 @@ def nggp_sample_log_u(key, n, k, mass, sigma, tau):
     .. math::
         p(U_n = u \mid z) \propto u^{n-1} (u+τ)^{kσ-n} e^{-ψ(u)}
 
-    (spec ``nrm_adf_ep.md`` §2.1, paper Eq. 6; it depends on ``z`` only through ``(n, k)``).
-    τ = 0: ``U^σ ~ Gamma(k, rate a/σ)`` exactly. Otherwise the density of ``log U`` is
+    (Tank, Foti & Fox 2015, Eq. 6; James, Lijoi & Prünster 2009; it depends on ``z`` only through
+    ``(n, k)``). τ = 0: ``U^σ ~ Gamma(k, rate a/σ)`` exactly. Otherwise the density of ``log U`` is
     log-concave and is sampled exactly by rejection from a three-piece exponential envelope
     (expected number of trials below 2 in practice). Scalar arguments; use ``vmap`` for batches.
     """
@@ -421,7 +426,8 @@ def nggp_sample_log_u(key, n, k, mass, sigma, tau):
 
 # ---------------------------------------------------------------------------------------------
 # Lévy tail masses of completely random measures (incomplete gamma / beta with a negative first
-# parameter). Spec ``../shared/specs/nrm_adf_ep.md`` §1.3, ``powerprior_slice.md`` D2.
+# parameter), for the inverse-Lévy series (Ferguson & Klass 1972; Campbell et al. 2019). The
+# Lévy densities: ``docs/distributions.md``, "Completely random measures".
 # ---------------------------------------------------------------------------------------------
 
 _CF_ITERS = 100  # continued-fraction terms for Γ(s, y), y >= 1 (converged to 1e-15 at y = 1)
@@ -471,8 +477,8 @@ def log_upper_gamma_neg(sigma, y):
     .. math:: Γ(-σ, y) = \int_y^\infty t^{-σ-1} e^{-t}\,dt, \qquad y > 0
 
     (σ = 0 gives the exponential integral ``E_1(y)``). SciPy's ``gammaincc`` needs a positive
-    first argument and the textbook route ``(y^{-σ} e^{-y} - Γ(1-σ, y)) / σ`` cancels as σ → 0
-    (spec §1.3), so: ``y >= 1`` by a continued fraction; ``y < 1`` as
+    first argument and the textbook route ``(y^{-σ} e^{-y} - Γ(1-σ, y)) / σ`` (integration by
+    parts) cancels as σ → 0, so: ``y >= 1`` by a continued fraction; ``y < 1`` as
     ``Γ(-σ, 1) + (y^{-σ} - 1)/σ - \int_y^1 t^{-σ-1}(1 - e^{-t}) dt`` with the middle term via
     ``expm1`` and the last integral (smooth, integrand ``~ t^{-σ}``) by Gauss–Legendre in
     ``log t``. Broadcasts; float32 or float64.
@@ -516,9 +522,9 @@ def _tanh_sinh(level=7):
 def log_beta_levy_tail(x, discount, b):
     r"""``log ∫_x^1 θ^{-1-d} (1-θ)^{b-1} dθ``, ``0 < x < 1``, ``d = discount ∈ [0, 1)``, ``b > 0``.
 
-    The (unnormalized) tail of the three-parameter beta-process Lévy density (spec
-    ``powerprior_slice.md`` D2, ``b = λ + d``): an incomplete beta function with a negative first
-    parameter, which SciPy's ``betainc`` does not cover. Split at θ = 1/2:
+    The (unnormalized) tail of the three-parameter beta-process Lévy density (Teh & Görür 2009;
+    :class:`~numpyro_bnp.distributions.BetaProcess`, ``b = λ + d``): an incomplete beta function
+    with a negative first parameter, which SciPy's ``betainc`` does not cover. Split at θ = 1/2:
 
     * ``[max(x, 1/2), 1]``: with ``1 - θ = (1 - p) v^{1/b}`` the integral is
       ``(1-p)^b / b ∫_0^1 (1 - (1-p) v^{1/b})^{-1-d} dv``, bounded integrand, by tanh–sinh;
@@ -573,7 +579,7 @@ def poisson_binomial_log_pmf(probs, max_count, *, prefixes=False):
     r"""Log pmf of the Poisson-binomial count ``S = Σ_i z_i``, ``z_i ~ Bernoulli(probs[..., i])``.
 
     Log-space forward dynamic programme over the atoms (last axis, ``I`` of them), truncated at
-    ``max_count`` (restricted IBP spec §7.2):
+    ``max_count`` (the textbook recursion that adds one atom at a time):
 
     .. math::
         L_0 = (0, -∞, …, -∞), \qquad

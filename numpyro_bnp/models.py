@@ -154,11 +154,11 @@ def restricted_linear_gaussian(
         z_n \mid π \sim \mathrm{RBeP}(π, f), \quad A_k \sim N(0, σ_A^2 I_D), \quad
         o_n \mid Z, A \sim N(z_n A, σ_o^2 I_D),
 
-    ``k = 1..K``, ``n = 1..N``: the weak-limit beta process (paper B Eq. 13) with ``K`` atoms, and
-    rows from the :class:`~numpyro_bnp.distributions.RestrictedBernoulliProcess` whose number of
-    ones has law ``f`` = ``count_dist`` exactly (paper B Eq. 5). As ``K`` grows the prior on ``Z``
-    tends to the R-IBP(c, α, f). Posterior inference:
-    :class:`~numpyro_bnp.infer.RestrictedIBPGibbs`.
+    ``k = 1..K``, ``n = 1..N``: the weak-limit beta process (Doshi-Velez & Williamson 2017, Eq. 13)
+    with ``K`` atoms, and rows from the
+    :class:`~numpyro_bnp.distributions.RestrictedBernoulliProcess` whose number of ones has law
+    ``f`` = ``count_dist`` exactly (ibid., Eq. 5). As ``K`` grows the prior on ``Z`` tends to the
+    R-IBP(c, α, f). Posterior inference: :class:`~numpyro_bnp.infer.RestrictedIBPGibbs`.
 
     Sites: ``pi`` ``(K,)``, ``Z`` ``(num_obs, K)`` binary, ``A`` ``(K, dim)``, ``obs``
     ``(num_obs, dim)``.
@@ -168,9 +168,9 @@ def restricted_linear_gaussian(
     :param int dim: observation dimension ``D``.
     :param count_dist: law ``f`` of the number of features per row: a scalar NumPyro distribution
         on the non-negative integers (``dist.Poisson(3.0)``, ``dist.Categorical(p)``,
-        :func:`~numpyro_bnp.distributions.exactly`), or one with batch shape ``(num_obs,)`` (a
-        law per row: the partially exchangeable R-IBP of paper B §4); unbounded laws are cut to
-        ``0..K`` and renormalised.
+        :func:`~numpyro_bnp.distributions.exactly`), or one with batch shape ``(num_obs,)`` (a law
+        per row: the partially exchangeable R-IBP of Doshi-Velez & Williamson 2017, §4); unbounded
+        laws are cut to ``0..K`` and renormalised.
     :param alpha: beta-process mass α, ``0 < α < K`` (the prior mean of ``Σ_k π_k``).
     :param concentration: beta-process concentration ``c > 0``.
     :param sigma_a: prior standard deviation σ_A of each feature entry.
@@ -286,8 +286,10 @@ def bnb_combinatorial_clustering(
         π_{dk} \sim \mathrm{Gamma}(r_d, \text{scale } θ_k/(1-θ_k)), \quad
         y_{dv} \sim \mathrm{Poisson}(\textstyle\sum_k π_{dk} ψ_{kv}),
 
-    with ``r_d = N_d (λ-1)/(αλ)``, which makes the prior expected length of document ``d`` equal
-    to ``N_d`` (spec D6). The paper's setting is ``(α, λ, β) = (1, 1.1, 0.1)``.
+    with ``r_d = N_d (λ-1)/(αλ)``, which makes the prior expected length of document ``d`` equal to
+    ``N_d`` (derived here: with ``ν(dθ) = αλ θ^{-1}(1-θ)^{λ-1} dθ`` the expected count is
+    ``r_d ∫ θ/(1-θ) ν(dθ) = r_d αλ/(λ-1)``; ``docs/crm_slice.md``, "Topic models"). The paper's
+    setting is ``(α, λ, β) = (1, 1.1, 0.1)``.
 
     Sites: ``theta`` ``(K,)``, ``topics`` ``(K, V)``, ``rates`` ``(D, K)``, ``counts`` ``(D, V)``.
 

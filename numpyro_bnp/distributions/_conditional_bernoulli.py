@@ -1,5 +1,6 @@
 """Conditional Bernoulli sampling: binary vectors with independent Bernoulli(π_i) entries,
-conditioned on their sum (restricted IBP spec §7.2 and §7.5; Chen, Dempster & Liu 1994).
+conditioned on their sum: the conditional Bernoulli law (Chen, Dempster & Liu 1994) that the
+restricted Bernoulli process of Doshi-Velez & Williamson (2017, Eq. 4) uses for each row.
 
 Used by :mod:`numpyro_bnp.distributions.restricted_ibp`; every function takes the atom
 probabilities on the last axis and works in log space through the Poisson-binomial DP of
@@ -18,7 +19,7 @@ _TILT_STEPS = 64
 
 
 def suffix_log_pmf(probs, max_count):
-    """``B[i, r] = log P(Σ_{j >= i} z_j = r)``: ``(..., I + 1, max_count + 1)`` (spec §7.5a)."""
+    """``B[i, r] = log P(Σ_{j >= i} z_j = r)``: ``(..., I + 1, max_count + 1)`` (backward table)."""
     return poisson_binomial_log_pmf(probs[..., ::-1], max_count, prefixes=True)[..., ::-1, :]
 
 
@@ -40,7 +41,8 @@ def _leave_one_out_log_pmf(prefix, suffix, counts):
 def inclusion_log_probs(probs, max_count):
     r"""``log P(z_i = 1 | Σ_j z_j = r)`` for ``r = 0..max_count``: shape ``(I, max_count + 1)``.
 
-    First-order inclusion probabilities of the conditional-Bernoulli law (spec §7.5 S4b):
+    First-order inclusion probabilities of the conditional-Bernoulli law (Chen, Dempster & Liu
+    1994):
     :math:`π_i^{(r)} = π_i \mathrm{PB}_{-i}(r - 1) / \mathrm{PB}(r)`; for each feasible ``r`` they
     sum to ``r``. Infeasible ``r`` (``PB(r) = 0``) and ``r = 0`` give ``-inf``.
     """
@@ -55,7 +57,7 @@ def inclusion_log_probs(probs, max_count):
 
 
 def conditional_bernoulli_sequential(key, probs, suffix, count):
-    """One draw of ``z ~ Bernoulli(probs)`` conditioned on ``Σ z = count`` (spec §7.5 S4a).
+    """One draw of ``z ~ Bernoulli(probs)`` conditioned on ``Σ z = count`` (sequential sampler).
 
     A single pass over the atoms with the suffix table ``B`` of :func:`suffix_log_pmf`:
     ``P(z_i = 1 | r still to place) = π_i exp(B[i+1, r-1] - B[i, r])``. Exact; ``count`` must be
@@ -74,7 +76,7 @@ def conditional_bernoulli_sequential(key, probs, suffix, count):
 
 
 def conditional_bernoulli_draw_by_draw(key, probs, count, max_count):
-    """One conditional-Bernoulli draw, unit by unit, from inclusion probabilities (spec §7.5 S4b).
+    """One conditional-Bernoulli draw, unit by unit, from inclusion probabilities.
 
     At draw ``t`` (``r = count - t`` units still to pick from the remaining set ``R``) unit ``i``
     is picked with probability ``π_i^{(r), R} / r``. This is exact: it picks the units of a
@@ -103,7 +105,7 @@ def tilts(probs, max_count):
     Bisection on ``[-300, 300]`` (the sum is increasing in ``θ``); ``J = 0`` and ``J`` at or above
     the number of positive atoms end at the bracket, which makes the tilted proposal put
     (almost) all its mass on the extreme count. Any ``θ`` leaves the conditional law unchanged
-    (paper B §3.3, spec §7.3); the tilt only moves the proposal's mean count to ``J``.
+    (Doshi-Velez & Williamson 2017, §3.3); the tilt only moves the proposal's mean count to ``J``.
     """
     logits = logit(probs)
     targets = jnp.arange(max_count + 1, dtype=probs.dtype)

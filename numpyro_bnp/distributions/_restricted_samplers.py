@@ -1,4 +1,7 @@
-r"""The five prior samplers of the restricted IBP (paper B §5), used by :class:`RestrictedIBP`.
+r"""The five prior samplers of the restricted IBP, used by :class:`RestrictedIBP`.
+
+Doshi-Velez & Williamson, *Restricted Indian Buffet Processes*, Statistics and Computing 2017
+("paper B"), §5; the samplers are labelled S1–S5 as in :class:`RestrictedIBP`.
 
 Each sampler builder takes static sizes and returns ``one(key, alpha, concentration, log_f)``,
 one draw of an ``N x K`` matrix (not yet in left-ordered form) and its diagnostics
@@ -165,7 +168,9 @@ def _retrospective(num_rows, max_features, truncation, max_rejections):
     r"""S5: exact uncollapsed rejection with a lazily instantiated tail (``c = 1``; paper B §5.3).
 
     ``π_1 > … > π_I`` come from stick-breaking (``I = truncation``). Below ``π_I`` the atoms form
-    a Poisson process with intensity ``α π^{-1} dπ`` (spec §7.2). Each proposal draws ``z_i ~
+    a Poisson process with intensity ``α π^{-1} dπ`` (the beta process with ``c = 1`` has Lévy
+    intensity ``α π^{-1}`` on ``(0, 1)``, and its points below the ``I``-th largest are again a
+    Poisson process with that intensity). Each proposal draws ``z_i ~
     Bernoulli(π_i)`` for every instantiated atom; if that count ``K*`` exceeds ``J_n`` it is
     rejected without looking at the tail. Otherwise the proposal's ones in the uninstantiated tail
     are drawn *from their conditional law given all earlier proposals*: if ``T`` earlier proposals
@@ -175,7 +180,8 @@ def _retrospective(num_rows, max_features, truncation, max_rejections):
     ``∝ (1 - π)^T`` on ``(0, π_I)``. They are instantiated as atoms, ``T`` increases, and the
     proposal is accepted iff ``K* + m = J_n``.
 
-    **Correction of the paper's procedure** (spec §7.5 S5 caveats): paper B accepts with
+    **Correction of the paper's procedure** (derived here; also in ``docs/restricted_ibp.md``,
+    "What we changed relative to the paper"): paper B accepts with
     probability ``exp(-α π_I)`` and rejects with probability ``1 - Pois(J - K*; α π_I)`` — the
     ``T = 0`` case above — for *every* proposal, i.e. it treats the shared tail afresh each time,
     and on success extends the stick-breaking "until Σ z* = J", which is not the conditional law

@@ -18,7 +18,9 @@ References:
 * L. Bondesson, *On simulation from infinitely divisible distributions*, Adv. Appl. Prob. 14,
   1982; J. Rosiński, *Series representations of Lévy processes*, 2001 (rejection).
 * C. Zhu, A. Bouchard-Côté and T. Campbell, *Slice sampling for general completely random
-  measures*, UAI 2020 (spec ``../shared/specs/powerprior_slice.md`` D2).
+  measures*, UAI 2020 (series representations in a latent trait model, their Eq. 11).
+* Y. W. Teh and D. Görür, *Indian buffet processes with power-law behavior*, NeurIPS 2009 (the
+  three-parameter beta process).
 * T. Broderick, L. Mackey, J. Paisley and M. I. Jordan, *Combinatorial clustering and the beta
   negative binomial process*, IEEE TPAMI 37, 2015 (the beta-prime process).
 """
@@ -384,9 +386,11 @@ class CompletelyRandomMeasure(Distribution):
                 E_V\big[1 - h(0 \mid τ(V, u))^N\big]\,du\Big),
             \qquad Γ_K \sim \mathrm{Gamma}(K, 1),
 
-        which is also the probability bound that some observation uses an atom beyond ``K``
-        (spec ``powerprior_slice.md`` §T.10, the Jensen bound). For inverse-Lévy and rejection
-        the integral is taken over ``θ`` (``u = N(θ)`` resp. ``Ñ(θ)``):
+        which is also a bound on the probability that some observation uses an atom beyond ``K``:
+        that probability is ``1 - E[exp(-Λ(Γ_K))]`` with
+        ``Λ(s) = ∫_s^∞ E_V[1 - h(0 | τ(V, u))^N] du``, and Jensen's inequality gives
+        ``1 - E[exp(-Λ(Γ_K))] <= 1 - exp(-E[Λ(Γ_K)])``, the display above. For inverse-Lévy and
+        rejection the integral is taken over ``θ`` (``u = N(θ)`` resp. ``Ñ(θ)``):
         ``∫ P(Γ_K <= M(θ)) (1 - h(0|θ)^N) ν(dθ)``; atoms below ``e^{-40}`` of the range are bounded
         by ``N ∫_0^x θ ν(dθ)`` so the result stays an upper bound.
 
@@ -479,7 +483,7 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
     r"""Generalized gamma process: :math:`ν(θ) = \frac{a}{Γ(1-σ)} θ^{-1-σ} e^{-τθ}`, θ > 0.
 
     Mass ``a > 0``, discount ``σ ∈ [0, 1)``, tilting ``τ >= 0`` (τ > 0 when σ = 0); normalizing
-    it gives the :class:`~numpyro_bnp.distributions.NGGP` (spec ``nrm_adf_ep.md`` §1.1, §1.3).
+    it gives the :class:`~numpyro_bnp.distributions.NGGP` (Tank, Foti & Fox 2015, Eq. 4).
     Tail ``N(x) = a τ^σ Γ(-σ, τx) / Γ(1-σ)`` (``a x^{-σ} / (σ Γ(1-σ))`` at τ = 0).
 
     Representations: inverse-Lévy; rejection from the stable measure
@@ -539,7 +543,7 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
         return jnp.where(self.tau > 0, tilted, self._log_stable_tail(x))
 
     def expected_mass_below(self, x):
-        """``a τ^{σ-1} P(1-σ, τx)`` (``a x^{1-σ} / Γ(2-σ)`` at τ = 0), spec §1.3."""
+        """``∫_0^x θ ν(θ) dθ = a τ^{σ-1} P(1-σ, τx)`` (``a x^{1-σ} / Γ(2-σ)`` at τ = 0)."""
         x = jnp.asarray(x, self._dtype)
         _, tau = self._safe()
         tilted = self.mass * tau ** (self.sigma - 1.0) * gammainc(1.0 - self.sigma, tau * x)
@@ -612,9 +616,10 @@ class BetaProcess(CompletelyRandomMeasure):
     .. math::
         ν(θ) = γ \frac{Γ(λ+1)}{Γ(1-d)Γ(λ+d)} θ^{-1-d} (1-θ)^{λ+d-1}
 
-    with mass γ > 0 (``∫ θ ν(dθ) = γ``), concentration λ > -d and discount ``d ∈ [0, 1)`` (spec
-    ``powerprior_slice.md`` D2). Composed with a Bernoulli process it is the (stable) IBP;
-    :meth:`RecursiveIBP.as_beta_process` maps IBP(α, β) to ``BetaProcess(α, β)``.
+    with mass γ > 0 (``∫ θ ν(dθ) = γ``), concentration λ > -d and discount ``d ∈ [0, 1)`` (Teh &
+    Görür 2009; this parametrisation as in Campbell et al. 2019). Composed with a Bernoulli process
+    it is the (stable) IBP; :meth:`RecursiveIBP.as_beta_process` maps IBP(α, β) to
+    ``BetaProcess(α, β)``.
 
     Representations: inverse-Lévy (tail by :func:`numpyro_bnp._math.log_beta_levy_tail`);
     Bondesson for d = 0 and λ >= 1 (``V ~ Beta(1, λ-1)``, ``c = γλ``; at λ = 1, ``V = 1`` and

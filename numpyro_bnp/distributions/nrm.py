@@ -10,8 +10,10 @@ References:
   2013 (the (a, σ, τ) parametrisation and the urn).
 * A. Tank, N. Foti and E. Fox, *Streaming variational inference for Bayesian nonparametric
   mixture models*, AISTATS 2015 (paper Eqs. 4–6 and 23; the pieces ADF-NRM needs).
+* J. Pitman, *Combinatorial stochastic processes*, Lecture Notes in Mathematics 1875, 2006
+  (Gibbs-type partitions and the generalized Stirling numbers ``S_σ(n, k)``).
 
-Spec: ``../shared/specs/nrm_adf_ep.md`` §1–2.
+How each quantity is computed: ``docs/distributions.md``, section "NGGP".
 """
 
 import jax
@@ -132,7 +134,7 @@ def _num_clusters_path(mass, sigma, tau, num):
     ks = jnp.arange(1, num + 1, dtype=dtype)
 
     def step(log_s, n):
-        # log_s[k-1] = log S_σ(n, k): generalized Stirling numbers (spec §2.2)
+        # log_s[k-1] = log S_σ(n, k): generalized Stirling numbers (Pitman 2006)
         log_v = nggp_log_v(n, jnp.minimum(ks, n), mass, sigma, tau)[0]
         log_pk = jnp.where(ks <= n, log_v + log_s, -jnp.inf)
         mean = jnp.sum(ks * jnp.exp(log_pk))
@@ -162,9 +164,9 @@ class NGGP(Distribution):
     A value is an ``int32`` label vector of shape ``(num_points,)`` in canonical form (blocks
     numbered 0, 1, … in order of first appearance, :data:`canonical_partition`).
 
-    * :meth:`log_prob` is the exact EPPF :math:`V_{n,K} \prod_k (1-σ)_{n_k-1}` (spec §2.2) with
-      :math:`V_{n,K}` in closed form for σ = 0 and τ = 0 and by quadrature in ``log U`` otherwise
-      (:func:`numpyro_bnp._math.nggp_log_v`, :meth:`log_v` gives the error estimate).
+    * :meth:`log_prob` is the exact EPPF :math:`V_{n,K} \prod_k (1-σ)_{n_k-1}` (Lijoi et al. 2007)
+      with :math:`V_{n,K}` in closed form for σ = 0 and τ = 0 and by quadrature in ``log U``
+      otherwise (:func:`numpyro_bnp._math.nggp_log_v`, :meth:`log_v` gives the error estimate).
     * :meth:`sample` runs the urn in one ``lax.scan``: item ``i+1`` joins block ``k`` with
       probability :math:`(n_k - σ) V_{i+1,K} / V_{i,K}` and opens a new block with probability
       :math:`V_{i+1,K+1} / V_{i,K}`. This is the urn of paper Eq. (5),
@@ -218,7 +220,7 @@ class NGGP(Distribution):
 
     # ------------------------------------------------------------------ EPPF
     def log_v(self, n, k):
-        r"""``(log V_{n,k}, error estimate)`` broadcast against the batch shape (spec §2.2)."""
+        r"""``(log V_{n,k}, error estimate)`` broadcast against the batch shape."""
         return nggp_log_v(n, k, self.mass, self.sigma, self.tau)
 
     def _check_labels(self, labels, name="labels"):
@@ -285,8 +287,9 @@ class NGGP(Distribution):
         block, entries beyond are 0.
 
         * ``u=None``: the exact predictive :math:`p(z_{m+1} = k \mid z_{1:m})
-          = (n_k - σ) V_{m+1,K} / V_{m,K}` and :math:`V_{m+1,K+1} / V_{m,K}` (spec §2.3); the
-          denominator is taken as :math:`(m - Kσ) V_{m+1,K} + V_{m+1,K+1}` (Gibbs recursion) so
+          = (n_k - σ) V_{m+1,K} / V_{m,K}` and :math:`V_{m+1,K+1} / V_{m,K}` (the ratio of the
+          EPPFs of ``z_{1:m+1}`` and ``z_{1:m}``, as ``(1-σ)_{n_k} / (1-σ)_{n_k-1} = n_k - σ``);
+          the denominator is taken as :math:`(m - Kσ) V_{m+1,K} + V_{m+1,K+1}` (Gibbs recursion) so
           the probabilities sum to one exactly.
         * ``u`` given: the urn of paper Eq. (5)/(23), ``∝ (n_k - σ)`` and ``a (u + τ)^σ`` — the
           plug-in form ADF-NRM uses with ``u = Û``.
@@ -351,7 +354,7 @@ class NGGP(Distribution):
         r"""Exact :math:`E[K_n] = \sum_k k\, V_{n,k} S_σ(n,k)` for n = 1..N; ``batch_shape + (N,)``.
 
         ``S_σ(n,k)`` are the generalized factorial coefficients, by the positive recursion
-        ``S_σ(n+1,k) = (n - kσ) S_σ(n,k) + S_σ(n,k-1)`` in log space (spec §2.2). Cost
+        ``S_σ(n+1,k) = (n - kσ) S_σ(n,k) + S_σ(n,k-1)`` in log space (Pitman 2006). Cost
         ``O(N^2)`` quadratures: meant for ``N`` up to a few thousand.
         """
         return self._path()[0]
@@ -367,8 +370,9 @@ class NGGP(Distribution):
         Returns ``(weights, left_out)``: ``weights`` (``batch_shape + (truncation,)``) are the
         ``truncation`` largest jumps :math:`J_1 > J_2 > \dots` of the generalized gamma CRM
         (:meth:`GeneralizedGammaProcess.series`) divided by their sum plus the expected mass
-        below :math:`J_K`, :math:`E[\sum_{j>K} J_j \mid J_K] = a τ^{σ-1} P(1-σ, τ J_K)` (spec
-        §1.3); ``left_out`` is that expected share of the total left out, so
+        below :math:`J_K`, :math:`E[\sum_{j>K} J_j \mid J_K] = a τ^{σ-1} P(1-σ, τ J_K)` (the
+        integral :math:`\int_0^{J_K} θ ρ(θ)\,dθ` of the Lévy density); ``left_out`` is that
+        expected share of the total left out, so
         ``weights.sum(-1) + left_out = 1``.
         """
         crm = GeneralizedGammaProcess(self.mass, self.sigma, self.tau, truncation=truncation)

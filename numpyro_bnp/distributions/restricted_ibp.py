@@ -23,7 +23,8 @@ This module gives:
 * :func:`exactly` (a point mass for ``f``) and :func:`left_ordered_form` (the canonical column
   order of every sampled matrix).
 
-**Design decision (the ⚠ of the spec, §7.1).** Paper B's collapsed sampler accepts each IBP
+**Design decision (ours; ``docs/restricted_ibp.md``, "What we changed relative to the
+paper").** Paper B's collapsed sampler accepts each IBP
 proposal with probability ``f(|Z*|)``. For a non-degenerate ``f`` that yields rows with law
 ``∝ f(|Z|) BeP(Z | μ)``, whose count law is ``∝ f(J) PB_μ(J)`` — not the f-mixture above and not
 ``f``. Every sampler here draws ``J_n ~ f`` first and then samples conditionally on ``J_n``; for
@@ -262,7 +263,7 @@ class RestrictedBernoulliProcess(Distribution):
     .. math::
         P(z) = \frac{f(|z|)}{Z_f}\;\frac{\prod_i π_i^{z_i} (1 - π_i)^{1 - z_i}}{\mathrm{PB}_π(|z|)},
 
-    the f-mixture of Bernoulli processes conditioned on their total (paper B Eqs. 4–5, spec §7.1).
+    the f-mixture of Bernoulli processes conditioned on their total (paper B Eqs. 4–5).
     The count ``|z|`` has law exactly ``f``, and given the count the ones fall according to the
     conditional Bernoulli law, which depends on ``π`` only through ``π / (1 - π)`` up to scale
     (Esscher invariance). ``Z_f = Σ_{J feasible} f(J)`` renormalises ``f`` over the counts a vector
@@ -275,7 +276,7 @@ class RestrictedBernoulliProcess(Distribution):
 
     ``log_prob`` is exact, through the log-space Poisson-binomial DP
     :func:`numpyro_bnp._math.poisson_binomial_log_pmf` (``O(I²)``). ``sample`` is exact: ``J ~ f``,
-    then one backward-table pass over the atoms (spec §7.5 S4a).
+    then one backward-table pass over the atoms (the sequential conditional-Bernoulli sampler).
 
     :param probs: feature probabilities in ``[0, 1]``, shape ``batch + (I,)``.
     :param count_dist: a scalar NumPyro distribution over ``0, 1, 2, …`` (``dist.Poisson(a)``,

@@ -1,6 +1,7 @@
 r"""The atoms of a CRM series representation and their count law, for :class:`CRMSlice`.
 
-The prior side of the slice sampler (spec ``powerprior_slice.md`` D2 and D4 steps 2, 5, 6): atoms
+The prior side of the slice sampler (Zhu, Bouchard-Côté & Campbell 2020; steps 2, 5 and 6 of the
+sweep in :mod:`numpyro_bnp.infer.crm_slice` and ``docs/crm_slice.md``, "What one sweep does"): atoms
 ``θ_k = τ(V_k, Γ_k)`` of a series representation over the arrivals ``Γ_1 < Γ_2 < …`` of a
 unit-rate Poisson process with marks ``V_k`` (stored as the uniform coordinates
 ``P_k = F_G(V_k)``), the count law ``h(x | θ)`` (Bernoulli, Poisson or negative binomial), the
@@ -97,7 +98,7 @@ class AtomSeries:
         return logh
 
     def thin(self, key, start):
-        """Next atom of the tail beyond ``start`` that no row uses: ``(Γ, P)`` (spec D4.2)."""
+        """Next atom of the tail beyond ``start`` that no row uses: ``(Γ, P)`` (sweep step 2)."""
 
         def cond(carry):
             return ~carry[3]
@@ -116,7 +117,7 @@ class AtomSeries:
         return u, mark
 
     def move_arrivals(self, key, gamma, marks, totals, num_atoms):
-        """Metropolis on each interior arrival ``Γ_k``, ``k < num_atoms - 1`` (spec D4.5):
+        """Metropolis on each interior arrival ``Γ_k``, ``k < num_atoms - 1`` (sweep step 5):
         ``(Γ, acceptance rate)``."""
         cap = gamma.shape[0]
         scale = self.gamma_step * self.scale / jnp.sqrt(1.0 + totals)
@@ -152,7 +153,7 @@ class AtomSeries:
         return gamma, rate.astype(self.dtype)
 
     def move_marks(self, key, gamma, marks, totals, num_atoms):
-        """Logit random walk on the marks of the instantiated atoms (spec D4.6): ``(marks,
+        """Logit random walk on the marks of the instantiated atoms (sweep step 6): ``(marks,
         acceptance rate)``; the marks unchanged when they are fixed or ``n_marks`` is 0."""
         if self.fixed_marks or self.n_marks == 0:
             return marks, jnp.zeros((), self.dtype)

@@ -1,7 +1,8 @@
 r"""The topic likelihood of :class:`~numpyro_bnp.infer.CRMSlice`: Poisson word counts (§4.2).
 
-Beta–negative-binomial combinatorial clustering (Zhu, Bouchard-Côté & Campbell 2020, §4.2; spec
-D6; :func:`numpyro_bnp.models.bnb_combinatorial_clustering`): atoms ``θ_k`` of a beta process,
+Beta–negative-binomial combinatorial clustering (Zhu, Bouchard-Côté & Campbell 2020, §4.2, in
+the reading of ``docs/crm_slice.md``, "Topic models";
+:func:`numpyro_bnp.models.bnb_combinatorial_clustering`): atoms ``θ_k`` of a beta process,
 topics ``ψ_k ~ Dir(β)``, document rates ``π_dk ~ Gamma(r_d, scale θ_k/(1-θ_k))`` and word counts
 ``y_dv ~ Poisson(Σ_k π_dk ψ_kv)``.
 
@@ -18,7 +19,7 @@ model with ``h = NB(r_d, ·)``, so the slice machinery (thinning, Γ and V moves
 
 (``A_dvk`` tokens of word ``v`` in document ``d`` on topic ``k``; the multinomial coefficients
 cancel against the number of token orders), hence the Gibbs step of one token, with the slice
-factor ``1/ξ(k_d)`` of its document (spec D4.3),
+factor ``1/ξ(k_d)`` of its document (the slice density of paper Eq. 25),
 
 .. math::
     P(z_{dl} = k \mid \cdot) \propto (r_d + X^{-dl}_{dk})\, θ_k\, ψ_{k w_{dl}}

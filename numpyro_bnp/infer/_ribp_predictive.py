@@ -75,9 +75,10 @@ def proposal_mode(filt, state, obs, prior, b):
     improves. Linear-Gaussian: every single flip is scored exactly (this also catches unborn
     slots, whose mean is the prior's but whose variance explains a large residual); the
     pair, and for factor analysis the single, is picked by the plug-in Gaussian gain
-    (features at their means ``E[w] μ_k``, paper App. B). The polish runs from two starts,
-    the rounded fit and the empty ``z`` (a greedy forward selection, which reaches modes
-    that need three or more flips from the fit), and the better end point is returned.
+    (features at their means ``E[w] μ_k``, Schaeffer et al. 2022, App. B). The polish runs
+    from two starts, the rounded fit and the empty ``z`` (a greedy forward selection, which
+    reaches modes that need three or more flips from the fit), and the better end point is
+    returned.
     Gaussian kinds.
     """
     lam = filt._noise_prec

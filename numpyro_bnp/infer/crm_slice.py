@@ -1,20 +1,22 @@
 r"""Slice sampler for latent trait models with a completely random measure prior.
 
 Zhu, Bouchard-Côté & Campbell, *Slice sampling for general completely random measures*, UAI 2020
-(spec ``powerprior_slice.md`` part D). The model (paper Eq. 11): the atoms of a CRM are a series
-representation ``θ_k = τ(V_k, Γ_k)`` over the arrivals ``Γ_1 < Γ_2 < …`` of a unit-rate Poisson
-process with marks ``V_k ~ G``; each row ``n`` uses atom ``k`` ``X_nk ~ h(· | θ_k)`` times; the
-observations are ``y_n ~ N(Σ_k X_nk ψ_k, σ² I)`` with traits ``ψ_k ~ N(μ_0, σ_0² I)``.
+(the steps and the choices that differ from the paper: ``docs/crm_slice.md``). The model (paper
+Eq. 11): the atoms of a CRM are a series representation ``θ_k = τ(V_k, Γ_k)`` over the arrivals
+``Γ_1 < Γ_2 < …`` of a unit-rate Poisson process with marks ``V_k ~ G``; each row ``n`` uses atom
+``k`` ``X_nk ~ h(· | θ_k)`` times; the observations are ``y_n ~ N(Σ_k X_nk ψ_k, σ² I)`` with
+traits ``ψ_k ~ N(μ_0, σ_0² I)``.
 
 Slice variables ``U_n ~ Unif[0, ξ(k_n)]`` with ``k_n`` the last atom used by row ``n`` and
 ``ξ(k) = exp(-k / Δ_ξ)`` restrict row ``n`` to the atoms ``k <= K_n = ⌊-Δ_ξ log U_n⌋``, so only
 finitely many atoms are ever instantiated; the rest (the tail) is integrated out exactly. One sweep
-(spec D4, in this order):
+(the paper's steps, in this order, which matters; the slice density is paper Eq. 25):
 
 1. ``U``: ``U_n = ξ(k_n) · Unif(0, 1)``, hence ``K_n = k_n + ⌊Δ_ξ E_n⌋`` with ``E_n ~ Exp(1)``;
 2. reveal atoms up to ``K* = max_n K_n`` from the tail *given that no row uses them*: the thinned
    Poisson process with intensity ``du G(dv) Π_n h(0 | τ(v, u))`` (drawing them from the prior is
-   biased, spec §T.11);
+   biased: it ignores that no row uses them, see ``docs/crm_slice.md``, "Choices that differ from
+   the paper");
 3. ``X``: row by row, atoms ``k <= K_n`` in order, ``P(X_nk = x) ∝ h(x|θ_k) f(y_n|…) / ξ(k_n(x))``
    (two-point Gibbs for Bernoulli counts, a ±1 Metropolis step for Poisson / negative-binomial),
    then a few Metropolis exchange moves ``X_nj ↔ X_nk`` per row (not in the paper; they let rows
@@ -125,7 +127,8 @@ class CRMSlice(MCMCKernel):
     :param str representation: series representation of the atoms: ``"bondesson"`` (default;
         ``θ = V e^{-Γ/c}``), ``"inverse_levy"`` (``θ = N^{-1}(Γ)``, decreasing atoms) or
         ``"rejection"`` (``θ = ν̃^{-1}(Γ)`` kept when ``V <= dν/dν̃``, else 0; ``V ~ Unif(0, 1)``,
-        spec D2) — each where the prior has it (:meth:`CompletelyRandomMeasure.series`).
+        Campbell et al. 2019) — each where the prior has it
+        (:meth:`CompletelyRandomMeasure.series`).
     :param float xi_scale: ``Δ_ξ`` of the slice sequence ``ξ(k) = exp(-k/Δ_ξ)``; it changes the
         speed, never the target.
     :param int max_atoms: capacity of the atom buffer; ``None``: the model's truncation plus
@@ -511,7 +514,7 @@ class CRMSlice(MCMCKernel):
         return gamma, marks, traits
 
     def _x_step(self, key, x, residual, traits, theta, slice_atoms, stop):
-        """Update ``X_nk`` for ``k <= K_n`` (all rows at once, atoms in order; spec D4.3)."""
+        """Update ``X_nk`` for ``k <= K_n`` (all rows at once, atoms in order; sweep step 3)."""
         used = x > 0
         later = jnp.flip(jnp.cumsum(jnp.flip(used, 1), 1), 1) - used  # used atoms after k
         has_later = later > 0

@@ -10,8 +10,9 @@ of :func:`numpyro_bnp.infer._model.read_restricted_feature_model`):
                                       {\mathrm{PB}_π(|z_n|)}, \quad
     A_k \sim N(0, σ_A^2 I), \quad o_n \sim N(z_n A, σ_o^2 I).
 
-One step (paper B's posterior-inference section is not recoverable; the moves are derived in the
-restricted-IBP spec §7.7 and checked against enumeration in the tests):
+One step (the posterior-inference section of Doshi-Velez & Williamson 2017 is not recoverable;
+the moves are derived here, summarised in ``docs/restricted_ibp.md``, "Posterior inference", and
+checked against enumeration in the tests):
 
 1. **Rows, with A integrated out.** Given the other rows, ``o_n`` is Gaussian with mean
    ``z_n H`` and covariance ``σ_o² (1 + z_n P z_nᵀ) I`` (``P = (Z₋ₙᵀZ₋ₙ + σ_o²/σ_A² I)⁻¹``,
@@ -21,7 +22,8 @@ restricted-IBP spec §7.7 and checked against enumeration in the tests):
    ratio); ``|z_n|`` **swap moves** — remove a uniformly chosen active feature and put the one back
    among the inactive ones with probability ``∝ (π_k / (1 - π_k)) p(o_n | ·)`` (the count and so
    ``f_n`` and ``PB_π`` cancel); and, unless ``f_n`` is a point mass, a sweep of single-site Gibbs
-   flips with the count factor ``f_n(m) / PB_π(m)`` (spec §7.7).
+   flips with the count factor ``f_n(m) / PB_π(m)`` (the row's prior law above, evaluated at the
+   two counts the flip moves between).
 2. **Column complements** (unless every ``f_n`` is a point mass): for each ``k``, propose
    ``z_{:k} → 1 - z_{:k}`` together with ``logit π_k → -logit π_k`` and accept with the ratio of
    ``p(O, Z, π)`` (features integrated out). This joins modes that no single-row move connects:
@@ -32,10 +34,11 @@ restricted-IBP spec §7.7 and checked against enumeration in the tests):
    ``Beta(a_k + m_k, b_k + N - m_k) / Π_J PB_π(J)^{n_J}``, where ``PB_π`` is split into the
    leave-one-out pmf of the other atoms (``O(J_max²)`` per atom from prefix and suffix tables).
 4. **Scale.** The rows' law is invariant to the Esscher tilt ``logit π → logit π + θ`` (only
-   relative odds matter once the counts are fixed, paper B §3.3), so the data say nothing about
-   the overall scale and coordinate updates move it slowly. A tilt move slice-samples ``θ`` from
-   the prior alone, ``Π_k π_k^{a_k}(1 - π_k)^{b_k}`` at the tilted point (a log-concave density
-   in ``θ``; the translation group's generalised Gibbs step, Liu & Sabatti 2000).
+   relative odds matter once the counts are fixed; Doshi-Velez & Williamson 2017, §3.3), so the data
+   say nothing about the overall scale and coordinate updates move it slowly. A tilt move
+   slice-samples ``θ`` from the prior alone, ``Π_k π_k^{a_k}(1 - π_k)^{b_k}`` at the tilted point (a
+   log-concave density in ``θ``; the translation group's generalised Gibbs step, Liu & Sabatti
+   2000).
 5. **Features** ``A | Z, O`` are drawn from their Gaussian posterior (mean ``M⁻¹ZᵀO``, covariance
    ``σ_o² M⁻¹`` per column, ``M = ZᵀZ + σ_o²/σ_A² I``). The rows never use this draw (they are
    collapsed), so it only reports ``A``.
