@@ -890,12 +890,43 @@ class RIBPFilter(FixedOptions):
         return refined, traces
 
     # ------------------------------------------------------------------ read-outs
-    def posterior_draws(self, rng_key, state, num_draws):
-        """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
+    def posterior_draws(self, rng_key, state, num_draws, obs=None):
+        """Draws for ArviZ (:meth:`RIBPResult.to_arviz`): ``(draws, dims, coords)``.
+
+        ``draws`` holds, with ``num_draws`` independent draws on the leading axis: the active
+        features (existence above 1/2) under the feature site's name (e.g. ``A``, ``(S, K+,
+        D)``, dims ``feature``, ``dim``) from ``q(A)``; ``num_features`` ``(S,)``, the number
+        of features created, ``Σ_k Bernoulli(e_k)`` over all slots (mean ``ρ``); and, for given
+        rows ``obs`` ``(M, D)``, the IBP site (e.g. ``Z``, ``(S, M, K+)``, dims ``row``,
+        ``feature``) drawn as ``Bernoulli(b)`` with ``b`` the rows' :meth:`feature_use` on
+        the active features. The coordinate ``feature`` holds the active slots' indices.
+        """
         self._require_init()
         prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
-        return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws)
+        if obs is not None:
+            obs = jnp.asarray(self.check_batch(obs, name="obs"))
+        return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws, obs)
+
+    def posterior_samples(self, rng_key, state, num_samples, num_obs=None, obs=None):
+        """Samples of the model's latent sites for :class:`numpyro.infer.Predictive`.
+
+        Keyed by the model's site names, ``num_samples`` on the leading axis, over the active
+        features ``K+``: the feature site ``(S, K+, D)`` from ``q(A)``; the IBP site
+        ``(S, N, K+)``, each row drawn from the filtering prior of the next observation
+        (:meth:`prior`, rows independent given the stream), or, for given rows ``obs``,
+        ``Bernoulli(b)`` with ``b`` their :meth:`feature_use`; for factor analysis the weight
+        site ``(S, N, K+)`` from its prior. The prior's mass on features not yet created
+        (about ``αβ/(β+n)`` per row after ``n`` observations) is left out.
+        """
+        self._require_init()
+        prng_key(rng_key)
+        num_samples = positive_int(num_samples, "num_samples")
+        if obs is not None:
+            obs = jnp.asarray(self.check_batch(obs, name="obs"))
+            num_obs = obs.shape[0]
+        num_obs = positive_int(num_obs, "num_obs")
+        return _ribp_predictive.posterior_samples(self, rng_key, state, num_samples, num_obs, obs)
 
     def log_predictive(self, state, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """Log posterior predictive of each test row, importance-sampled over ``z``.
@@ -972,6 +1003,11 @@ class RIBPResult(streaming.StreamingResult):
     def feature_use(self, obs, *, batch_size=1024):
         """See :meth:`RIBPFilter.feature_use`."""
         return self.engine.feature_use(self.state, obs, batch_size=batch_size)
+
+    @property
+    def num_active(self):
+        """Number of active features ``K+`` (existence above 1/2)."""
+        return int(np.sum(np.asarray(self.active)))
 
     def refine(self, data, **options):
         """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.

@@ -94,8 +94,13 @@ class StreamingEngine(Protocol):
     def num_seen(self, state) -> int:
         """Observations absorbed by ``state``."""
 
-    def posterior_draws(self, rng_key, state, num_draws: int):
-        """``(draws, dims)`` for :meth:`StreamingResult.to_arviz`."""
+    def posterior_draws(self, rng_key, state, num_draws: int, obs=None):
+        """``(draws, dims, coords)`` for :meth:`StreamingResult.to_arviz`: ``num_draws``
+        independent draws of each latent site (leading axis), with rows-dependent sites (e.g.
+        the IBP matrix) for the rows ``obs`` when given."""
+
+    def posterior_samples(self, rng_key, state, num_samples: int, num_obs=None, obs=None):
+        """Samples keyed by the model's site names for :class:`numpyro.infer.Predictive`."""
 
 
 _ENGINE_MEMBERS = (
@@ -485,24 +490,70 @@ class StreamingResult:
         """Save :attr:`state` to ``path`` (see :func:`save`); resume with :func:`load`."""
         save(path, self.state, self.engine)
 
-    def to_arviz(self, rng_key, num_draws=500):
-        """ArviZ data: ``posterior`` draws from the variational posterior, ``sample_stats`` traces.
+    def to_arviz(self, rng_key, num_draws=500, *, num_chains=4, obs=None):
+        """ArviZ data: ``posterior`` draws of the variational posterior, ``stream`` traces.
 
         :param rng_key: a JAX PRNG key for the posterior draws (required: the draws are random).
-        :param int num_draws: number of independent draws (``chain = 1``) of the engine's latent
-            sites in ``posterior``.
+        :param int num_draws: independent draws per chain of the engine's latent sites.
+        :param int num_chains: the independent draws are laid out as ``(chain, draw)`` with this
+            many chains (ArviZ's convergence diagnostics need at least 2; for independent draws
+            ``r_hat`` is then about 1 and ``ess`` about ``num_chains * num_draws``).
+        :param obs: optional rows ``(M, D)``; the posterior then also holds the engine's
+            rows-dependent sites for them (e.g. the IBP matrix ``Z`` of those rows) and
+            ``observed_data`` holds ``obs``. The engine keeps no per-row latent values of the
+            stream (its memory is bounded), so these are drawn for the rows passed here.
 
-        ``sample_stats`` holds every trace with a ``time`` dimension (``chain = draw = 1``).
-        Returns an ``InferenceData`` (ArviZ 0.23) or a ``DataTree`` (ArviZ 1.x).
+        ``posterior`` holds ``(chain, draw, ...)`` arrays (what ``az.summary`` and
+        ``az.plot_trace`` read); ``stream`` holds the per-step traces over the coordinate
+        ``time`` (the observation counts of :attr:`time`, thinned by the run's ``trace_every``),
+        with no ``chain`` or ``draw`` dimension. Returns an ``InferenceData`` (ArviZ 0.23) or a
+        ``DataTree`` (ArviZ 1.x).
         """
         prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
-        draws, dims = self.engine.posterior_draws(rng_key, self.state, num_draws)
+        num_chains = positive_int(num_chains, "num_chains")
+        if obs is not None:
+            obs = self.engine.check_batch(obs, name="obs")
+        draws, dims, coords = self.engine.posterior_draws(
+            rng_key, self.state, num_chains * num_draws, obs=obs
+        )
         groups = {
-            "posterior": {k: np.asarray(v)[None] for k, v in draws.items()},
-            "sample_stats": {k: np.asarray(v)[None, None] for k, v in self.traces.items()},
+            "posterior": {
+                k: np.asarray(v).reshape(num_chains, num_draws, *np.shape(v)[1:])
+                for k, v in draws.items()
+            }
         }
         dims = dict(dims)
-        dims.update({k: ["time"] for k in self.traces})
-        coords = {"time": self.time}
-        return arviz_compat.from_dict(groups, dims=dims, coords=coords)
+        if obs is not None:
+            groups["observed_data"] = {"obs": np.asarray(obs)}
+            dims["obs"] = ["row", "dim"]
+        data = arviz_compat.from_dict(groups, dims=dims, coords=dict(coords))
+        stream = {k: (["time"], np.asarray(v)) for k, v in self.traces.items()}
+        return arviz_compat.add_group(data, "stream", stream, coords={"time": self.time})
+
+    def posterior_samples(self, rng_key, num_samples, *, num_obs=None, obs=None):
+        """Samples of the model's latent sites for :class:`numpyro.infer.Predictive`.
+
+        ``Predictive(model, posterior_samples=result.posterior_samples(key, S, num_obs=N))``
+        then draws the model's observed site for ``N`` new rows from the engine's variational
+        posterior. The keys are the model's own site names; what is drawn, and how rows are
+        treated, is the engine's (e.g. :meth:`RIBPFilter.posterior_samples`).
+
+        :param rng_key: a JAX PRNG key.
+        :param int num_samples: number of samples ``S`` (the leading axis of every array).
+        :param int num_obs: number of rows ``N`` to draw rows-dependent sites for, ...
+        :param obs: ... or rows ``(N, D)`` to draw them given (then ``num_obs`` is ``len(obs)``).
+        """
+        prng_key(rng_key)
+        num_samples = positive_int(num_samples, "num_samples")
+        if obs is not None:
+            obs = self.engine.check_batch(obs, name="obs")
+            if num_obs is not None and num_obs != len(obs):
+                raise ValueError(f"num_obs={num_obs!r} but obs has {len(obs)} rows")
+            num_obs = len(obs)
+        elif num_obs is None:
+            raise TypeError("posterior_samples needs num_obs (rows to draw) or obs (given rows)")
+        num_obs = positive_int(num_obs, "num_obs")
+        return self.engine.posterior_samples(
+            rng_key, self.state, num_samples, num_obs=num_obs, obs=obs
+        )
