@@ -10,7 +10,7 @@ calls these functions and never branches on the version itself. ArviZ is importe
 import functools
 import warnings
 
-__all__ = ["arviz", "from_dict", "from_numpyro", "group", "is_arviz_1"]
+__all__ = ["add_group", "arviz", "from_dict", "from_numpyro", "group", "is_arviz_1"]
 
 
 @functools.cache
@@ -38,6 +38,26 @@ def from_dict(groups, *, dims=None, coords=None):
     if is_arviz_1():
         return az.from_dict(dict(groups), dims=dims, coords=coords)
     return az.from_dict(**groups, dims=dims, coords=coords)
+
+
+def add_group(data, name, variables, *, coords=None):
+    """``data`` with a group ``name`` of variables that are not draws (no ``chain``/``draw``).
+
+    ``variables`` maps a name to ``(dims, array)``; ``coords`` gives coordinate values. ArviZ's
+    tools that read draws (``summary``, ``plot_trace``) leave such a group alone. ArviZ 0.23:
+    added to the ``InferenceData`` with ``add_groups``; ArviZ 1.x: a child of the ``DataTree``.
+    Returns ``data`` (changed in place).
+    """
+    import xarray as xr
+
+    dataset = xr.Dataset(dict(variables), coords=coords)
+    if is_arviz_1():
+        data[name] = xr.DataTree(dataset)
+    else:
+        with warnings.catch_warnings():  # a group outside ArviZ 0.23's schema: it says so
+            warnings.simplefilter("ignore", UserWarning)
+            data.add_groups({name: dataset})
+    return data
 
 
 def from_numpyro(mcmc, *, log_likelihood=True, **kwargs):

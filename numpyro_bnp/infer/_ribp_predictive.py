@@ -17,13 +17,51 @@ from numpyro_bnp._math import logit
 POLISH_STEPS = 16  # greedy flip steps that improve the log-predictive proposal's mode
 
 
-def posterior_draws(filt, rng_key, state, num_draws):
-    """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
+def _active_features(filt, key, state, num):
+    """``(slots, draws)``: the active slots' indices and ``num`` draws ``(num, K+, D)`` of q(A)."""
     active = np.asarray(state.existence > 0.5)
     mean, var = np.asarray(state.mean)[active], np.asarray(state.var)[active]
-    eps = random.normal(rng_key, (num_draws, *mean.shape), mean.dtype)
+    eps = np.asarray(random.normal(key, (num, *mean.shape), mean.dtype))
+    return np.flatnonzero(active), mean + np.sqrt(var) * eps
+
+
+def _rows_given(filt, key, state, obs, num, slots):
+    """``(num, M, K+)`` draws of ``Bernoulli(b)``, ``b`` the rows' feature use on ``slots``."""
+    b = np.asarray(feature_use(filt, state, obs, 1024))[:, slots]
+    return (np.asarray(random.uniform(key, (num, *b.shape), b.dtype)) < b).astype(b.dtype)
+
+
+def posterior_draws(filt, rng_key, state, num_draws, obs=None):
+    """``(draws, dims, coords)`` for ArviZ; see :meth:`RIBPFilter.posterior_draws`."""
+    key_a, key_n, key_z = random.split(rng_key, 3)
+    slots, feats = _active_features(filt, key_a, state, num_draws)
+    exists = np.asarray(state.existence)
+    created = np.asarray(random.uniform(key_n, (num_draws, exists.shape[0]), exists.dtype))
     name = filt.spec.feature_site
-    return {name: mean + np.sqrt(var) * np.asarray(eps)}, {name: ["feature", "dim"]}
+    draws = {name: feats, "num_features": np.sum(created < exists, axis=1)}
+    dims = {name: ["feature", "dim"]}
+    if obs is not None:
+        draws[filt.spec.ibp_site] = _rows_given(filt, key_z, state, obs, num_draws, slots)
+        dims[filt.spec.ibp_site] = ["row", "feature"]
+    return draws, dims, {"feature": slots}
+
+
+def posterior_samples(filt, rng_key, state, num_samples, num_obs, obs=None):
+    """Model-shaped samples for ``Predictive``; see :meth:`RIBPFilter.posterior_samples`."""
+    key_a, key_z, key_w = random.split(rng_key, 3)
+    slots, feats = _active_features(filt, key_a, state, num_samples)
+    if obs is None:
+        prior = np.asarray(filt.prior(state))[slots]
+        u = np.asarray(random.uniform(key_z, (num_samples, num_obs, slots.size), prior.dtype))
+        z = (u < prior).astype(prior.dtype)
+    else:
+        z = _rows_given(filt, key_z, state, obs, num_samples, slots)
+    samples = {filt.spec.feature_site: feats, filt.spec.ibp_site: z}
+    if filt.spec.weight_site is not None:
+        shape = (num_samples, num_obs, slots.size)
+        w = random.normal(key_w, shape, filt.dtype) * np.sqrt(filt.spec.weight_var)
+        samples[filt.spec.weight_site] = np.asarray(w + filt.spec.weight_loc, filt.dtype)
+    return {k: jnp.asarray(v) for k, v in samples.items()}
 
 
 def log_predictive(filt, state, obs, key, num_samples, batch_size):

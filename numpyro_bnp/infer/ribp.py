@@ -213,7 +213,7 @@ class RIBPFilter(FixedOptions):
         >>> feats = rng.normal(size=(3, 6))
         >>> data = (rng.random((500, 3)) < 0.5) @ feats + 0.1 * rng.normal(size=(500, 6))
         >>> res = RIBPFilter(linear_gaussian).run(
-        ...     random.PRNGKey(0), data, num_obs=1, dim=6, alpha=1.0, sigma_o=0.1,
+        ...     random.PRNGKey(0), data, dim=6, alpha=1.0, sigma_o=0.1,
         ...     progress_bar=False)
         >>> int(res.state.num_seen), res.features["mean"].shape[1]  # active features: (K+, 6)
         (500, 6)
@@ -278,10 +278,88 @@ class RIBPFilter(FixedOptions):
         self.spec = None
         self._spec_key = None
 
+    # ------------------------------------------------------------------ record and pickling
+    @property
+    def options(self):
+        """The filter's options as JSON-storable values (recorded in checkpoints)."""
+        return {
+            "num_steps": self.num_steps,
+            "max_features": self.max_features,
+            "likelihood": self.likelihood,
+            "feature_update": self.feature_update,
+            "ossify": self.ossify,
+            "newton_steps": self.newton_steps,
+            "retire_threshold": float(self.retire_threshold),
+            "truncation_tol": float(self.truncation_tol),
+            "dtype": np.dtype(self.dtype).name,
+        }
+
+    @property
+    def model_args(self):
+        """Positional model arguments the filter read the model with (``None`` before)."""
+        return None if self.spec is None else self.spec.model_args
+
+    @property
+    def model_kwargs(self):
+        """Keyword model arguments the filter read the model with (``None`` before)."""
+        return None if self.spec is None else dict(self.spec.model_kwargs)
+
+    @property
+    def model_summary(self):
+        """One line per site of the traced model (name, distribution, shape)."""
+        self._require_init()
+        return tuple(self.spec.site_summary)
+
+    def __getstate__(self):
+        # the compiled functions and the read model are not pickled (closures); the model
+        # function is pickled by reference and read again, with the same arguments, on load
+        state = {name: self.__dict__[name] for name in self.fixed_options}
+        state["model_read"] = None if self.spec is None else (self.model_args, self.model_kwargs)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        read = state.pop("model_read")
+        self.__dict__.update(state, spec=None, _spec_key=None)
+        if read is not None:
+            self._read(*read)
+
+    @classmethod
+    def from_checkpoint(cls, model, path, *model_args, **model_kwargs):
+        """Rebuild the filter recorded in a checkpoint and read its state: ``(filter, state)``.
+
+        The filter gets the options recorded by :meth:`RIBPResult.save` (``num_steps``,
+        ``max_features``, ``feature_update``, ..., ``dtype``) and reads ``model`` with the
+        recorded model arguments; resume with ``filt.run(key, data, init_state=state)``
+        (which may leave out the model arguments: the filter keeps the ones it read).
+        Arguments passed here must equal the recorded ones (see
+        :func:`streaming.resume_arguments`); those recorded as not storable must be passed.
+
+        :raises ValueError: when the checkpoint is not an :class:`RIBPFilter`'s, an argument
+            passed differs from the recorded one, or the traced model's sites (names,
+            distributions, shapes), kind or dimension differ from the recorded model's.
+        """
+        record = streaming.read_checkpoint(path)
+        if record["engine"] != cls.__name__:
+            raise ValueError(f"{path} holds a state of {record['engine']}, not of {cls.__name__}")
+        if record["options"] is None:
+            raise ValueError(
+                f"{path} does not record the filter's options (written by an older version); "
+                "build the filter and read the state with its load method"
+            )
+        args, kwargs = streaming.resume_arguments(record, model_args, model_kwargs, path=path)
+        options = dict(record["options"])
+        options["dtype"] = np.dtype(options["dtype"])
+        filt = cls(model, **options)
+        filt.init(None, *args, **kwargs)
+        streaming.check_model_summary(record, filt, path=path)
+        return filt, streaming.load(path, filt)
+
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs):
         # the compiled functions bake in the model's constants: reuse them (and skip the trace)
         # only for the same model arguments, compared by value (see model_cache_key)
+        model_kwargs = streaming.model_arguments(self.model, model_args, model_kwargs)
         key = model_cache_key(self.model, model_args, model_kwargs)
         if key is not None and key == self._spec_key:
             return
@@ -346,7 +424,9 @@ class RIBPFilter(FixedOptions):
 
         :param rng_key: accepted for the engine protocol; the filter is deterministic.
         :param model_args, model_kwargs: arguments of the model (``num_obs`` only sets the
-            model's own capacity, the stream is unbounded).
+            model's own capacity, the stream is unbounded; when the model has a ``num_obs``
+            parameter without a default and it is not given, the model is traced with
+            ``num_obs=1``, see :func:`streaming.model_arguments`).
         """
         del rng_key
         self._read(model_args, model_kwargs)
@@ -804,7 +884,8 @@ class RIBPFilter(FixedOptions):
         :param rng_key: a JAX PRNG key (the filter is deterministic; kept for the engine protocol).
         :param init_state: continue from this state (e.g. :meth:`load`) instead of :meth:`init`;
             the model is still read from ``model_args``/``model_kwargs`` and the state is
-            checked against it (:meth:`check_state`).
+            checked against it (:meth:`check_state`). With no model arguments, a filter that
+            has read its model (:meth:`from_checkpoint`, :meth:`init`) keeps it.
         :param int chunk_size: observations per compiled ``lax.scan``.
         :param int trace_every: keep the traces of every ``trace_every``-th observation (counted
             by ``num_seen``) and of the last one; ``result.time`` holds their observation
@@ -813,7 +894,10 @@ class RIBPFilter(FixedOptions):
         :raises NonFiniteStateError: when a chunk makes the state NaN or infinite (see
             :func:`streaming.run`; the error carries the last good state).
         """
-        state = self.init(rng_key, *model_args, **model_kwargs)
+        if init_state is not None and self.spec is not None and not (model_args or model_kwargs):
+            state = None  # resuming in a filter that has read its model (e.g. from_checkpoint)
+        else:
+            state = self.init(rng_key, *model_args, **model_kwargs)
         if init_state is not None:
             self.check_state(init_state, "init_state")
             state = init_state
@@ -890,12 +974,43 @@ class RIBPFilter(FixedOptions):
         return refined, traces
 
     # ------------------------------------------------------------------ read-outs
-    def posterior_draws(self, rng_key, state, num_draws):
-        """Draws of the active features from ``q(A)`` for ArviZ: ``{"A": (S, K+, D)}`` and dims."""
+    def posterior_draws(self, rng_key, state, num_draws, obs=None):
+        """Draws for ArviZ (:meth:`RIBPResult.to_arviz`): ``(draws, dims, coords)``.
+
+        ``draws`` holds, with ``num_draws`` independent draws on the leading axis: the active
+        features (existence above 1/2) under the feature site's name (e.g. ``A``, ``(S, K+,
+        D)``, dims ``feature``, ``dim``) from ``q(A)``; ``num_features`` ``(S,)``, the number
+        of features created, ``Σ_k Bernoulli(e_k)`` over all slots (mean ``ρ``); and, for given
+        rows ``obs`` ``(M, D)``, the IBP site (e.g. ``Z``, ``(S, M, K+)``, dims ``row``,
+        ``feature``) drawn as ``Bernoulli(b)`` with ``b`` the rows' :meth:`feature_use` on
+        the active features. The coordinate ``feature`` holds the active slots' indices.
+        """
         self._require_init()
         prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
-        return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws)
+        if obs is not None:
+            obs = jnp.asarray(self.check_batch(obs, name="obs"))
+        return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws, obs)
+
+    def posterior_samples(self, rng_key, state, num_samples, num_obs=None, obs=None):
+        """Samples of the model's latent sites for :class:`numpyro.infer.Predictive`.
+
+        Keyed by the model's site names, ``num_samples`` on the leading axis, over the active
+        features ``K+``: the feature site ``(S, K+, D)`` from ``q(A)``; the IBP site
+        ``(S, N, K+)``, each row drawn from the filtering prior of the next observation
+        (:meth:`prior`, rows independent given the stream), or, for given rows ``obs``,
+        ``Bernoulli(b)`` with ``b`` their :meth:`feature_use`; for factor analysis the weight
+        site ``(S, N, K+)`` from its prior. The prior's mass on features not yet created
+        (about ``αβ/(β+n)`` per row after ``n`` observations) is left out.
+        """
+        self._require_init()
+        prng_key(rng_key)
+        num_samples = positive_int(num_samples, "num_samples")
+        if obs is not None:
+            obs = jnp.asarray(self.check_batch(obs, name="obs"))
+            num_obs = obs.shape[0]
+        num_obs = positive_int(num_obs, "num_obs")
+        return _ribp_predictive.posterior_samples(self, rng_key, state, num_samples, num_obs, obs)
 
     def log_predictive(self, state, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """Log posterior predictive of each test row, importance-sampled over ``z``.
@@ -972,6 +1087,11 @@ class RIBPResult(streaming.StreamingResult):
     def feature_use(self, obs, *, batch_size=1024):
         """See :meth:`RIBPFilter.feature_use`."""
         return self.engine.feature_use(self.state, obs, batch_size=batch_size)
+
+    @property
+    def num_active(self):
+        """Number of active features ``K+`` (existence above 1/2)."""
+        return int(np.sum(np.asarray(self.active)))
 
     def refine(self, data, **options):
         """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.

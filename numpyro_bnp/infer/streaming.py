@@ -15,12 +15,18 @@ state`` and a pure, jittable ``update(state, obs) -> (state, info)`` for ONE obs
   or a loud warning when the user fixed the capacity;
 * :func:`save` / :func:`load` write and read a state as ``.npz`` (no pickle) with a record of the
   engine that wrote it, so that a stream resumes bit-for-bit, and only in an engine it fits;
-* :class:`StreamingResult` holds the final state and the per-step traces, and exports to ArviZ
-  with a ``time`` dimension.
+* :class:`StreamingResult` holds the final state and the per-step traces; it exports to ArviZ
+  (posterior draws as ``(chain, draw, ...)``, the traces in a ``stream`` group over ``time``),
+  draws model-shaped samples for :class:`numpyro.infer.Predictive`, and pickles;
+* :func:`model_arguments` fills in a model's ``num_obs`` (the stream is unbounded, the model is
+  traced for one row) and :func:`read_checkpoint` reads a checkpoint's record (the engine's
+  options and the model arguments) without an engine, so that an engine can be rebuilt from it.
 
 What the loop needs from an engine besides ``update`` is the :class:`StreamingEngine` protocol.
 """
 
+import inspect
+import json
 import os
 import warnings
 import zipfile
@@ -37,11 +43,16 @@ from numpyro_bnp._checks import observed_array, positive_int, prng_key
 __all__ = [
     "BadBatchError",
     "NonFiniteStateError",
+    "NotStorable",
     "StreamingEngine",
     "StreamingResult",
     "check_batch",
+    "check_model_summary",
     "chunk_scanner",
     "load",
+    "model_arguments",
+    "read_checkpoint",
+    "resume_arguments",
     "run",
     "save",
 ]
@@ -63,6 +74,13 @@ class StreamingEngine(Protocol):
     :ivar str progress_label: ... under this label (e.g. ``"features"``, ``"clusters"``).
     :ivar str capacity_option: the engine's option that fixes the capacity (named in the
         truncation warning), e.g. ``"max_features"``.
+
+    Optional, for checkpoints that rebuild the engine (:func:`save`, :func:`read_checkpoint`):
+
+    :ivar dict options: the engine's options (JSON-storable values).
+    :ivar tuple model_args: positional model arguments the engine was set up with.
+    :ivar dict model_kwargs: keyword model arguments the engine was set up with.
+    :ivar tuple model_summary: strings that describe the traced model (one per site).
     """
 
     dim: int
@@ -94,8 +112,13 @@ class StreamingEngine(Protocol):
     def num_seen(self, state) -> int:
         """Observations absorbed by ``state``."""
 
-    def posterior_draws(self, rng_key, state, num_draws: int):
-        """``(draws, dims)`` for :meth:`StreamingResult.to_arviz`."""
+    def posterior_draws(self, rng_key, state, num_draws: int, obs=None):
+        """``(draws, dims, coords)`` for :meth:`StreamingResult.to_arviz`: ``num_draws``
+        independent draws of each latent site (leading axis), with rows-dependent sites (e.g.
+        the IBP matrix) for the rows ``obs`` when given."""
+
+    def posterior_samples(self, rng_key, state, num_samples: int, num_obs=None, obs=None):
+        """Samples keyed by the model's site names for :class:`numpyro.infer.Predictive`."""
 
 
 _ENGINE_MEMBERS = (
@@ -369,15 +392,69 @@ def _library_version():
     return __version__
 
 
+class NotStorable:
+    """Stands, in a record read by :func:`read_checkpoint`, for a model argument that
+    :func:`save` could not store (a function, a distribution, ...): pass it again."""
+
+    def __init__(self, what):
+        self.what = what
+
+    def __repr__(self):
+        return f"NotStorable({self.what!r})"
+
+
+def _encode(value, arrays, where):
+    """``value`` as JSON-ready data; arrays go to ``arrays`` (npz) under a reference."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, np.generic):
+        return value
+    if isinstance(value, np.ndarray | np.generic | jax.Array):
+        arr = np.asarray(value)
+        if arr.dtype.kind in "biufc":
+            name = f"__arg{len(arrays)}__"
+            arrays[name] = arr
+            return {"__array__": name}
+    elif isinstance(value, list | tuple):
+        items = [_encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
+        return {"__tuple__": items} if isinstance(value, tuple) else items
+    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"__dict__": {k: _encode(v, arrays, f"{where}[{k!r}]") for k, v in value.items()}}
+    return {"__not_storable__": f"{where}: {type(value).__name__}"}
+
+
+def _decode(data, arrays):
+    if isinstance(data, list):
+        return [_decode(v, arrays) for v in data]
+    if isinstance(data, dict):
+        if "__array__" in data:
+            return arrays[data["__array__"]]
+        if "__tuple__" in data:
+            return tuple(_decode(v, arrays) for v in data["__tuple__"])
+        if "__dict__" in data:
+            return {k: _decode(v, arrays) for k, v in data["__dict__"].items()}
+        if "__not_storable__" in data:
+            return NotStorable(data["__not_storable__"])
+    return data
+
+
 def save(path, state, engine):
     """Write ``state`` to exactly ``path`` as ``.npz`` (arrays and strings only, no pickle).
 
     Besides the state's fields the file records the format, the state's type, the engine's class
     name, its ``kind``, the state's capacity, the engine's dtype and the library version, which
-    :func:`load` checks against the engine that resumes the stream. The file is written under a
-    temporary name and then renamed, so an interrupted save never leaves a truncated checkpoint.
+    :func:`load` checks against the engine that resumes the stream; and, when the engine has them
+    (see :class:`StreamingEngine`), its ``options``, the ``model_args`` / ``model_kwargs`` it
+    was set up with and its ``model_summary``, from which :func:`read_checkpoint` lets the
+    engine be rebuilt. Model arguments are stored as JSON (``None``, booleans, numbers,
+    strings, lists, tuples, dicts with string keys) and numeric arrays as ``.npz`` entries; any
+    other value (a function, a distribution, ...) is recorded as :class:`NotStorable` under its
+    name and type, and must be passed again when the engine is rebuilt. The file is written
+    under a temporary name and then renamed, so an interrupted save never leaves a truncated
+    checkpoint.
 
-    :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``.
+    :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``, or when the
+        engine's options are not JSON-storable.
     """
     _check_engine(engine)
     engine.check_state(state, name="state")
@@ -392,6 +469,25 @@ def save(path, state, engine):
         "__dtype__": np.dtype(engine.dtype).name,
         "__version__": _library_version(),
     }
+    if getattr(engine, "options", None) is not None:
+        try:
+            meta["__options__"] = json.dumps(engine.options, sort_keys=True)
+        except TypeError as err:
+            raise TypeError(
+                f"{type(engine).__name__}.options must be JSON-storable: {err}"
+            ) from None
+    if getattr(engine, "model_kwargs", None) is not None:
+        args_arrays = {}
+        model = {
+            "args": _encode(tuple(engine.model_args), args_arrays, "model_args"),
+            "kwargs": {
+                k: _encode(v, args_arrays, f"model_kwargs[{k!r}]")
+                for k, v in dict(engine.model_kwargs).items()
+            },
+        }
+        meta["__model__"] = json.dumps(model)
+        meta["__model_summary__"] = json.dumps(list(getattr(engine, "model_summary", ())))
+        arrays.update(args_arrays)
     tmp = path + ".tmp"
     with open(tmp, "wb") as file:
         np.savez(file, **{k: np.asarray(v) for k, v in meta.items()}, **arrays)
@@ -402,23 +498,8 @@ def _not_a_checkpoint(path, why):
     return ValueError(f"{path} is not a numpyro_bnp checkpoint ({why})")
 
 
-def load(path, engine):
-    """Read a state written by :func:`save`, for ``engine`` to resume the stream.
-
-    ``engine`` must be set up for the model of the stream (e.g. by its ``init``). The file's
-    record must match it (engine class, model kind, dtype), and the state must pass
-    ``engine.check_state`` (field types, shapes, dtypes, finiteness, ranges, capacity). Arrays
-    come back with their saved dtypes, so a resumed stream continues bit-for-bit.
-
-    :raises ValueError: when ``path`` is not a numpyro_bnp checkpoint (empty, truncated, not an
-        ``.npz``) or does not fit ``engine`` (the message names the field).
-    """
-    if isinstance(engine, type):
-        raise TypeError(
-            "engine must be the engine that resumes the stream (set up for its model), "
-            f"got the class {engine.__name__}"
-        )
-    _check_engine(engine)
+def _read(path):
+    """The contents of a checkpoint file as a dict of arrays, its format checked."""
     path = os.fspath(path)
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise _not_a_checkpoint(path, "the file is empty")
@@ -440,6 +521,59 @@ def load(path, engine):
         raise _not_a_checkpoint(path, "no checkpoint record")
     if str(contents["__format__"]) != CHECKPOINT_FORMAT:
         raise _not_a_checkpoint(path, f"unknown format {str(contents['__format__'])!r}")
+    return contents
+
+
+def read_checkpoint(path):
+    """The record of a checkpoint written by :func:`save`, without an engine.
+
+    :return: a dict with ``engine``, ``kind``, ``state_type``, ``dtype``, ``capacity`` and
+        ``version`` (strings and an int), and, where the engine recorded them, ``options``
+        (a dict), ``model_args`` (a tuple), ``model_kwargs`` (a dict; a value that could not be
+        stored is :class:`NotStorable`) and ``model_summary`` (a tuple of strings); ``None``
+        for those an engine did not record.
+    :raises ValueError: when ``path`` is not a numpyro_bnp checkpoint.
+    """
+    contents = _read(path)
+    record = {key: str(contents[f"__{key}__"]) for key in ("engine", "kind", "state_type")}
+    record.update(
+        dtype=str(contents["__dtype__"]),
+        capacity=int(contents["__capacity__"]),
+        version=str(contents["__version__"]),
+        options=None,
+        model_args=None,
+        model_kwargs=None,
+        model_summary=None,
+    )
+    if "__options__" in contents:
+        record["options"] = json.loads(str(contents["__options__"]))
+    if "__model__" in contents:
+        model = json.loads(str(contents["__model__"]))
+        record["model_args"] = _decode(model["args"], contents)
+        record["model_kwargs"] = {k: _decode(v, contents) for k, v in model["kwargs"].items()}
+        record["model_summary"] = tuple(json.loads(str(contents["__model_summary__"])))
+    return record
+
+
+def load(path, engine):
+    """Read a state written by :func:`save`, for ``engine`` to resume the stream.
+
+    ``engine`` must be set up for the model of the stream (e.g. by its ``init``). The file's
+    record must match it (engine class, model kind, dtype), and the state must pass
+    ``engine.check_state`` (field types, shapes, dtypes, finiteness, ranges, capacity). Arrays
+    come back with their saved dtypes, so a resumed stream continues bit-for-bit.
+
+    :raises ValueError: when ``path`` is not a numpyro_bnp checkpoint (empty, truncated, not an
+        ``.npz``) or does not fit ``engine`` (the message names the field).
+    """
+    if isinstance(engine, type):
+        raise TypeError(
+            "engine must be the engine that resumes the stream (set up for its model), "
+            f"got the class {engine.__name__}"
+        )
+    _check_engine(engine)
+    path = os.fspath(path)
+    contents = _read(path)
     record = {key: str(contents[f"__{key}__"]) for key in ("state_type", "engine", "kind")}
     state_type = engine.state_type
     expected = {
@@ -469,12 +603,134 @@ def load(path, engine):
     return state
 
 
+def _same(a, b):
+    """Whether two model arguments are the same value (numbers compared by value and shape)."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return type(a) is type(b) and a == b
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+    except Exception:
+        return False
+    if x.dtype.kind not in "biufc" or y.dtype.kind not in "biufc":
+        return False
+    return x.shape == y.shape and bool(np.array_equal(x, y))
+
+
+def resume_arguments(record, model_args=(), model_kwargs=None, *, path="the checkpoint"):
+    """The model arguments to rebuild an engine from a checkpoint's ``record``.
+
+    The stored arguments are used; arguments passed here must equal them (an argument passed
+    with another value raises, it is never silently preferred), except those recorded as
+    :class:`NotStorable`, which must be passed here. A keyword the checkpoint's model was not
+    given is refused too (it could change the model).
+
+    :param record: from :func:`read_checkpoint`.
+    :return: ``(model_args, model_kwargs)``.
+    :raises ValueError: on a mismatch, a missing argument, or a checkpoint without a record of
+        its model arguments.
+    """
+    model_kwargs = dict(model_kwargs or {})
+    if record["model_kwargs"] is None:
+        raise ValueError(
+            f"{path} does not record the model arguments (written by an older version); build "
+            "the engine with its options and read the state with its load method"
+        )
+    stored_args, stored_kwargs = tuple(record["model_args"]), dict(record["model_kwargs"])
+    if model_args:
+        if len(model_args) != len(stored_args):
+            raise ValueError(
+                f"{len(model_args)} positional model arguments passed, {path} records "
+                f"{len(stored_args)}"
+            )
+        for i, (given, stored) in enumerate(zip(model_args, stored_args, strict=True)):
+            if not isinstance(stored, NotStorable) and not _same(given, stored):
+                raise ValueError(
+                    f"model argument {i} = {given!r} differs from the one recorded in {path} "
+                    f"({stored!r}); the state was computed for the recorded model"
+                )
+        args = tuple(model_args)
+    else:
+        args = stored_args
+    for key, given in model_kwargs.items():
+        if key not in stored_kwargs:
+            raise ValueError(
+                f"model argument {key}={given!r} was not given to the model of {path} (it "
+                f"recorded {sorted(stored_kwargs)}); the state was computed for that model"
+            )
+        stored = stored_kwargs[key]
+        if not isinstance(stored, NotStorable) and not _same(given, stored):
+            raise ValueError(
+                f"model argument {key}={given!r} differs from the one recorded in {path} "
+                f"({key}={stored!r}); the state was computed for the recorded model"
+            )
+    kwargs = {**stored_kwargs, **model_kwargs}
+    missing = [v.what for v in args if isinstance(v, NotStorable)] + [
+        v.what for v in kwargs.values() if isinstance(v, NotStorable)
+    ]
+    if missing:
+        raise ValueError(
+            f"the model arguments {missing} could not be stored in {path} (only numbers, "
+            "strings, None, numeric arrays and lists, tuples and dicts of them are); pass them "
+            "again"
+        )
+    return args, kwargs
+
+
+def check_model_summary(record, engine, *, path="the checkpoint"):
+    """Raise ``ValueError`` when the model ``engine`` traced is not the checkpoint's.
+
+    Compares ``engine.model_summary`` (one line per site: name, distribution, shape) with the
+    one recorded by :func:`save`.
+    """
+    recorded = record["model_summary"]
+    if recorded is None:
+        return
+    traced = tuple(engine.model_summary)
+    if traced != tuple(recorded):
+        raise ValueError(
+            f"the model does not match the one {path} was written for: its sites are "
+            f"{'; '.join(traced)}, the checkpoint recorded {'; '.join(recorded)}"
+        )
+
+
+def model_arguments(model, model_args, model_kwargs, *, num_obs=1):
+    """``model_kwargs`` with ``num_obs`` filled in when ``model`` needs it and it is not given.
+
+    A streaming engine traces the model for one row (the stream itself is unbounded), so a
+    model parameter named ``num_obs`` without a default that the caller passed neither by
+    keyword nor by position is set to ``num_obs`` (1). An explicit value is kept.
+    """
+    model_kwargs = dict(model_kwargs)
+    try:
+        params = inspect.signature(model).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to inspect
+        return model_kwargs
+    param = params.get("num_obs")
+    if param is None or param.default is not inspect.Parameter.empty or "num_obs" in model_kwargs:
+        return model_kwargs
+    if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+        if list(params).index("num_obs") < len(model_args):
+            return model_kwargs
+    elif param.kind is not param.KEYWORD_ONLY:
+        return model_kwargs
+    model_kwargs["num_obs"] = num_obs
+    return model_kwargs
+
+
 class StreamingResult:
     """The end of a stream: the final ``state`` and the ``traces`` (dict of ``(T,)`` arrays).
 
     ``time[t]`` is the number of observations absorbed after the step of ``traces[...][t]`` (it
     continues the count of a resumed state); with ``trace_every=k`` the steps are those at a
     multiple of ``k`` and the last one.
+
+    A result pickles when its engine does (the engines of this library drop their compiled
+    functions and re-read the model when unpickled; the model function must then be importable
+    by name, as for any pickled function).
     """
 
     def __init__(self, engine, state, traces, time):
@@ -485,24 +741,70 @@ class StreamingResult:
         """Save :attr:`state` to ``path`` (see :func:`save`); resume with :func:`load`."""
         save(path, self.state, self.engine)
 
-    def to_arviz(self, rng_key, num_draws=500):
-        """ArviZ data: ``posterior`` draws from the variational posterior, ``sample_stats`` traces.
+    def to_arviz(self, rng_key, num_draws=500, *, num_chains=4, obs=None):
+        """ArviZ data: ``posterior`` draws of the variational posterior, ``stream`` traces.
 
         :param rng_key: a JAX PRNG key for the posterior draws (required: the draws are random).
-        :param int num_draws: number of independent draws (``chain = 1``) of the engine's latent
-            sites in ``posterior``.
+        :param int num_draws: independent draws per chain of the engine's latent sites.
+        :param int num_chains: the independent draws are laid out as ``(chain, draw)`` with this
+            many chains (ArviZ's convergence diagnostics need at least 2; for independent draws
+            ``r_hat`` is then about 1 and ``ess`` about ``num_chains * num_draws``).
+        :param obs: optional rows ``(M, D)``; the posterior then also holds the engine's
+            rows-dependent sites for them (e.g. the IBP matrix ``Z`` of those rows) and
+            ``observed_data`` holds ``obs``. The engine keeps no per-row latent values of the
+            stream (its memory is bounded), so these are drawn for the rows passed here.
 
-        ``sample_stats`` holds every trace with a ``time`` dimension (``chain = draw = 1``).
-        Returns an ``InferenceData`` (ArviZ 0.23) or a ``DataTree`` (ArviZ 1.x).
+        ``posterior`` holds ``(chain, draw, ...)`` arrays (what ``az.summary`` and
+        ``az.plot_trace`` read); ``stream`` holds the per-step traces over the coordinate
+        ``time`` (the observation counts of :attr:`time`, thinned by the run's ``trace_every``),
+        with no ``chain`` or ``draw`` dimension. Returns an ``InferenceData`` (ArviZ 0.23) or a
+        ``DataTree`` (ArviZ 1.x).
         """
         prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
-        draws, dims = self.engine.posterior_draws(rng_key, self.state, num_draws)
+        num_chains = positive_int(num_chains, "num_chains")
+        if obs is not None:
+            obs = self.engine.check_batch(obs, name="obs")
+        draws, dims, coords = self.engine.posterior_draws(
+            rng_key, self.state, num_chains * num_draws, obs=obs
+        )
         groups = {
-            "posterior": {k: np.asarray(v)[None] for k, v in draws.items()},
-            "sample_stats": {k: np.asarray(v)[None, None] for k, v in self.traces.items()},
+            "posterior": {
+                k: np.asarray(v).reshape(num_chains, num_draws, *np.shape(v)[1:])
+                for k, v in draws.items()
+            }
         }
         dims = dict(dims)
-        dims.update({k: ["time"] for k in self.traces})
-        coords = {"time": self.time}
-        return arviz_compat.from_dict(groups, dims=dims, coords=coords)
+        if obs is not None:
+            groups["observed_data"] = {"obs": np.asarray(obs)}
+            dims["obs"] = ["row", "dim"]
+        data = arviz_compat.from_dict(groups, dims=dims, coords=dict(coords))
+        stream = {k: (["time"], np.asarray(v)) for k, v in self.traces.items()}
+        return arviz_compat.add_group(data, "stream", stream, coords={"time": self.time})
+
+    def posterior_samples(self, rng_key, num_samples, *, num_obs=None, obs=None):
+        """Samples of the model's latent sites for :class:`numpyro.infer.Predictive`.
+
+        ``Predictive(model, posterior_samples=result.posterior_samples(key, S, num_obs=N))``
+        then draws the model's observed site for ``N`` new rows from the engine's variational
+        posterior. The keys are the model's own site names; what is drawn, and how rows are
+        treated, is the engine's (e.g. :meth:`RIBPFilter.posterior_samples`).
+
+        :param rng_key: a JAX PRNG key.
+        :param int num_samples: number of samples ``S`` (the leading axis of every array).
+        :param int num_obs: number of rows ``N`` to draw rows-dependent sites for, ...
+        :param obs: ... or rows ``(N, D)`` to draw them given (then ``num_obs`` is ``len(obs)``).
+        """
+        prng_key(rng_key)
+        num_samples = positive_int(num_samples, "num_samples")
+        if obs is not None:
+            obs = self.engine.check_batch(obs, name="obs")
+            if num_obs is not None and num_obs != len(obs):
+                raise ValueError(f"num_obs={num_obs!r} but obs has {len(obs)} rows")
+            num_obs = len(obs)
+        elif num_obs is None:
+            raise TypeError("posterior_samples needs num_obs (rows to draw) or obs (given rows)")
+        num_obs = positive_int(num_obs, "num_obs")
+        return self.engine.posterior_samples(
+            rng_key, self.state, num_samples, num_obs=num_obs, obs=obs
+        )
