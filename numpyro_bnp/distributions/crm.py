@@ -33,7 +33,7 @@ from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
-from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
+from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg, logit
 
 __all__ = [
     "BetaPrimeProcess",
@@ -170,7 +170,7 @@ class _DecreasingUnitTransform(_DecreasingTransform):
         return jax.nn.log_sigmoid(x)
 
     def _inverse_first(self, y):
-        return jnp.log(y) - jnp.log1p(-y)
+        return logit(y)
 
     def _log_first_slope(self, x):
         return jax.nn.log_sigmoid(-x)

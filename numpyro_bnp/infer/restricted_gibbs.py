@@ -59,7 +59,7 @@ from jax.scipy.special import betaln, logsumexp
 from numpyro.infer.mcmc import MCMCKernel
 
 from numpyro_bnp._checks import model_function
-from numpyro_bnp._math import poisson_binomial_add_atom, poisson_binomial_log_pmf
+from numpyro_bnp._math import logit, poisson_binomial_add_atom, poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
     suffix_log_pmf,
@@ -557,7 +557,7 @@ class RestrictedIBPGibbs(MCMCKernel):
             logits = jnp.log(nums.beta_a.astype(dtype)) - jnp.log(nums.beta_b.astype(dtype))
         else:
             pi = jnp.clip(jnp.asarray(pi, dtype), jnp.finfo(dtype).tiny, 1.0 - jnp.finfo(dtype).eps)
-            logits = jnp.log(pi) - jnp.log1p(-pi)
+            logits = logit(pi)
         if z is None:
             _, probs = _clipped_probs(logits)
             suffix = suffix_log_pmf(probs, spec.max_count)
