@@ -246,6 +246,33 @@ def test_truncation_probability_monte_carlo():
         assert abs(used.mean() - exact) < 5 * used.std() / np.sqrt(len(used))
 
 
+@pytest.mark.parametrize(
+    "crm, constant, quantile",
+    [
+        (GammaProcess(1.5, 2.0), 1.5, lambda p: -np.log1p(-p) / 2.0),
+        (GeneralizedGammaProcess(2.0, 0.0, 1.5), 2.0, lambda p: -np.log1p(-p) / 1.5),
+        (BetaProcess(1.5, 2.5), 1.5 * 2.5, lambda p: 1.0 - (1.0 - p) ** (1.0 / 1.5)),
+        (BetaProcess(1.0, 1.0), 1.0, lambda p: np.ones_like(p)),
+        (BetaPrimeProcess(1.2, 0.7), 1.2 * 0.7, lambda p: (1.0 - p) ** (-1.0 / 0.7) - 1.0),
+        (
+            BetaProcess(np.array([1.0, 2.0]), np.array([1.0, 3.0])),
+            np.array([[1.0], [6.0]]),
+            lambda p: np.stack([np.ones_like(p[0]), 1.0 - (1.0 - p[1]) ** 0.5]),
+        ),
+    ],
+)
+def test_bondesson_series_matches_the_formula(crm, constant, quantile):
+    """θ_k = F_V^{-1}(P_k) e^{-Γ_k / c} from the same arrivals and uniforms, batches included."""
+    key = random.PRNGKey(3)
+    shape = (*crm.batch_shape, 40)
+    key_gamma, key_v = random.split(key)
+    gammas = np.cumsum(np.asarray(random.exponential(key_gamma, shape)), -1)
+    p = np.asarray(random.uniform(key_v, shape))
+    expected = quantile(p) * np.exp(-gammas / constant)
+    atoms = np.asarray(crm.series(key, 40, "bondesson"))
+    np.testing.assert_allclose(atoms, expected, rtol=2e-5, atol=1e-30)
+
+
 # ------------------------------------------------------------------------------------ IBP map
 def test_ibp_as_beta_process():
     ibp = RecursiveIBP(2.5, 1.7, num_rows=12, max_features=64)

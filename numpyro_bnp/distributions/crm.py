@@ -35,7 +35,7 @@ from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
 from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
-from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg
+from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg, logit
 
 __all__ = [
     "BetaPrimeProcess",
@@ -172,7 +172,7 @@ class _DecreasingUnitTransform(_DecreasingTransform):
         return jax.nn.log_sigmoid(x)
 
     def _inverse_first(self, y):
-        return jnp.log(y) - jnp.log1p(-y)
+        return logit(y)
 
     def _log_first_slope(self, x):
         return jax.nn.log_sigmoid(-x)
@@ -322,7 +322,15 @@ class CompletelyRandomMeasure(Distribution):
         return self._rejection_atoms(gammas, random.uniform(key_v, gammas.shape, gammas.dtype))
 
     def _bondesson(self, key, gammas):
-        raise NotImplementedError
+        r"""Bondesson map ``θ_k = V_k e^{-Γ_k / c}``, ``V_k = F_V^{-1}(P_k)``, ``P_k ~ Unif(0, 1)``.
+
+        ``gammas`` has shape ``batch_shape + (K,)``; ``c`` and the quantile ``F_V^{-1}`` come from
+        the measure's :meth:`_bondesson_constant_and_quantile`, which takes the uniforms with the
+        atoms first (``(K,) + batch_shape``, as the truncation bound does).
+        """
+        p = random.uniform(key, gammas.shape, gammas.dtype)
+        c, v = self._bondesson_constant_and_quantile(jnp.moveaxis(p, -1, 0))
+        return jnp.moveaxis(v, 0, -1) * jnp.exp(-gammas / c[..., None])
 
     def _rejection_atoms(self, gammas, uniforms):
         """Rejection map ``τ(V, Γ) = ν̃^{-1}(Γ) 1[V <= dν/dν̃ (ν̃^{-1}(Γ))]``, ``V ~ Unif(0, 1)``.
@@ -369,7 +377,8 @@ class CompletelyRandomMeasure(Distribution):
         raise NotImplementedError
 
     def _bondesson_constant_and_quantile(self, p):
-        """``(c, F_V^{-1}(p))`` of the Bondesson representation."""
+        """``(c, F_V^{-1}(p))`` of the Bondesson representation: ``c`` of shape ``batch_shape``,
+        ``p`` (and the quantile) of shape ``(K,) + batch_shape``, atoms first."""
         raise NotImplementedError
 
     def truncation_error_bound(
@@ -562,12 +571,6 @@ class GeneralizedGammaProcess(CompletelyRandomMeasure):
         _, tau = self._safe()
         return self.mass, -jnp.log1p(-p) / tau
 
-    def _bondesson(self, key, gammas):
-        c, v = self._bondesson_constant_and_quantile(
-            random.uniform(key, gammas.shape, gammas.dtype)
-        )
-        return v * jnp.exp(-gammas / c[..., None])
-
     def _log_dominating_tail(self, x):
         _, tau = self._safe()
         rosinski = jnp.log(self.mass) + jnp.log(jnp.log1p(1.0 / (tau * x)))
@@ -700,12 +703,6 @@ class BetaProcess(CompletelyRandomMeasure):
         v = jnp.where(lam > 1, -jnp.expm1(jnp.log1p(-p) / safe), 1.0)  # Beta(1, λ-1) quantile
         return self.mass * lam, v
 
-    def _bondesson(self, key, gammas):
-        c, v = self._bondesson_constant_and_quantile(
-            random.uniform(key, gammas.shape, gammas.dtype)
-        )
-        return v * jnp.exp(-gammas / c[..., None])
-
     def _log_dominating_tail(self, x):
         d = self.discount
         safe_d = jnp.where(d > 0, d, 1.0)
@@ -778,9 +775,3 @@ class BetaPrimeProcess(CompletelyRandomMeasure):
     def _bondesson_constant_and_quantile(self, p):
         lam = self.concentration
         return self.mass * lam, jnp.expm1(-jnp.log1p(-p) / lam)  # Lomax(λ) quantile
-
-    def _bondesson(self, key, gammas):
-        c, v = self._bondesson_constant_and_quantile(
-            random.uniform(key, gammas.shape, gammas.dtype)
-        )
-        return v * jnp.exp(-gammas / c[..., None])

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax import lax, random
 from jax.scipy.special import gammaln, xlogy
 
+from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.crm import BetaProcess
 
 
@@ -162,8 +163,8 @@ class AtomSeries:
         def move(_, carry):
             marks, accepted, key = carry
             key, k_prop, k_acc = random.split(key, 3)
-            logit = jnp.log(marks) - jnp.log1p(-marks)
-            prop = jax.nn.sigmoid(logit + self.mark_step * random.normal(k_prop, marks.shape))
+            step = self.mark_step * random.normal(k_prop, marks.shape)
+            prop = jax.nn.sigmoid(logit(marks) + step)
             prop = jnp.clip(prop, 1e-7, 1.0 - 1e-7).astype(self.dtype)
             log_ratio = (
                 self.column_loglik(self.theta(gamma, prop), totals)

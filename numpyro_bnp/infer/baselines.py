@@ -51,7 +51,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.linalg import cho_solve
 from jax.scipy.special import gammaln
 from numpyro import handlers
 from numpyro.infer.mcmc import MCMCKernel
@@ -59,6 +58,13 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro_bnp._checks import is_concrete, model_function, observed_array, positive_int
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
+from numpyro_bnp.infer._linear_gaussian import (
+    collapsed_log_marginal,
+    feature_posterior,
+    posterior_covariance,
+    predictive_log_density,
+    sample_feature_posterior,
+)
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 from numpyro_bnp.infer._model import read_feature_model
 
@@ -157,12 +163,8 @@ def _observed(model, cfg, model_args, model_kwargs):
 
 def _posterior(ztz, ztx, cfg):
     """``(Σ, μ)`` of ``A`` from ``Z^T Z`` and ``Z^T X``; also the Cholesky factor of ``P``."""
-    eye = jnp.eye(cfg.capacity, dtype=ztx.dtype)
-    prec = ztz / cfg.noise_var + eye / cfg.feature_var
-    chol = jnp.linalg.cholesky(prec)
-    cov = cho_solve((chol, True), eye)
-    mean = cho_solve((chol, True), ztx / cfg.noise_var)
-    return cov, mean, chol
+    mean, chol = feature_posterior(ztz, ztx, cfg.noise_var, cfg.feature_var)
+    return posterior_covariance(chol), mean, chol
 
 
 def _buffet_order(z):
@@ -173,38 +175,20 @@ def _buffet_order(z):
     return jnp.argsort(first * capacity + jnp.arange(capacity))
 
 
-def _collapsed_log_marginal(chol, ztx, mean, xx, cfg):
-    r"""``log p(X | Z) = Σ_d log N(x_{·d}; 0, σ_X² I + σ_A² Z Z^T)`` from the information form.
-
-    Matrix determinant lemma and Woodbury:
-    ``|σ_X² I_N + σ_A² Z Z^T| = σ_X^{2N} σ_A^{2K} |P|`` and
-    ``x^T(σ_X² I + σ_A² Z Z^T)^{-1} x = (x^T x - σ_X² h^T Σ h) / σ_X²`` per column, with
-    ``h = Z^T x / σ_X²`` (padding columns contribute ``0``: their ``P`` entry is ``1/σ_A²``).
-    """
-    n, d, k = cfg.num_rows, cfg.dim, cfg.capacity
-    logdet_prec = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
-    quad = xx / cfg.noise_var - jnp.sum(ztx / cfg.noise_var * mean)
-    return (
-        -0.5 * n * d * jnp.log(2.0 * jnp.pi * cfg.noise_var)
-        - 0.5 * d * k * jnp.log(cfg.feature_var)
-        - 0.5 * d * logdet_prec
-        - 0.5 * quad
-    )
-
-
 def _finish(key, z, x, cfg, i, saturated):
     """Buffet-order ``z``, draw ``A | Z, X`` and the diagnostics: the state after a sweep."""
     perm = _buffet_order(z)
     z = z[:, perm].astype(jnp.int32)
     zf = z.astype(x.dtype)
     ztx = zf.T @ x
-    _, mean, chol = _posterior(zf.T @ zf, ztx, cfg)
+    mean, chol = feature_posterior(zf.T @ zf, ztx, cfg.noise_var, cfg.feature_var)
     key, key_a = random.split(key)
-    # A = μ + L^{-T} ε has covariance (L L^T)^{-1} = Σ in every column.
-    noise = random.normal(key_a, mean.shape, x.dtype)
-    a = mean + jax.scipy.linalg.solve_triangular(chol, noise, lower=True, trans=1)
+    a = sample_feature_posterior(key_a, mean, chol)
     prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
-    log_joint = prior.log_prob(z) + _collapsed_log_marginal(chol, ztx, mean, jnp.sum(x * x), cfg)
+    log_lik = collapsed_log_marginal(
+        chol, ztx, mean, jnp.sum(x * x), cfg.num_rows, cfg.noise_var, cfg.feature_var
+    )
+    log_joint = prior.log_prob(z) + log_lik
     return AcceleratedIBPGibbsState(
         i=jnp.asarray(i, jnp.int32),
         z={cfg.z_site: z, cfg.a_site: a},
@@ -257,7 +241,7 @@ def _row_update(n, carry, x, cfg):
     unif = random.uniform(key_flip, (capacity,), dtype)
 
     def loglik(v, rr):
-        return -0.5 * dim * jnp.log(v) - 0.5 * rr / v
+        return predictive_log_density(rr, v, dim)
 
     def flip(k, c):
         zn, s, v, r = c

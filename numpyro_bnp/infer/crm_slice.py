@@ -52,7 +52,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import identity
@@ -64,6 +63,7 @@ from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._crm_atoms import AtomSeries
 from numpyro_bnp.infer._crm_model import read_crm_trait_model
+from numpyro_bnp.infer._linear_gaussian import feature_posterior, sample_feature_posterior
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 
 __all__ = ["CRMSlice", "CRMSliceState"]
@@ -640,23 +640,11 @@ class CRMSlice(MCMCKernel):
             words = topic_model.word_counts(obs, allocation, cap, self.spec.dim, self.dtype)
             return topic_model.draw_topics(key, self._topic_beta, words)
         xf = x.astype(self.dtype)
-        gram = xf.T @ xf
-        rhs = xf.T @ obs / self._noise_var + self._trait_loc / self._trait_var
-        eye = jnp.eye(cap, dtype=self.dtype)
-        eps = random.normal(key, rhs.shape, self.dtype)
-        if self._shared_var:
-            prec = gram / self._noise_var[0] + eye / self._trait_var[0]
-            chol = jnp.linalg.cholesky(prec)
-            mean = cho_solve((chol, True), rhs)
-            return mean + solve_triangular(chol.T, eps, lower=False)
-
-        def column(noise_var, trait_var, b, e):
-            chol = jnp.linalg.cholesky(gram / noise_var + eye / trait_var)
-            return cho_solve((chol, True), b) + solve_triangular(chol.T, e, lower=False)
-
-        return jax.vmap(column, in_axes=(0, 0, 1, 1), out_axes=1)(
-            self._noise_var, self._trait_var, rhs, eps
-        )
+        noise_var, trait_var = self._noise_var, self._trait_var
+        if self._shared_var:  # one precision matrix for all columns
+            noise_var, trait_var = noise_var[0], trait_var[0]
+        mean, chol = feature_posterior(xf.T @ xf, xf.T @ obs, noise_var, trait_var, self._trait_loc)
+        return sample_feature_posterior(key, mean, chol)
 
     # ------------------------------------------------------------------ one sweep
     def _sample_one(self, state):

@@ -58,15 +58,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import betaln, logsumexp
 from numpyro.infer.mcmc import MCMCKernel
 
 from numpyro_bnp._checks import model_function
-from numpyro_bnp._math import poisson_binomial_add_atom, poisson_binomial_log_pmf
+from numpyro_bnp._math import logit, poisson_binomial_add_atom, poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
     suffix_log_pmf,
+)
+from numpyro_bnp.infer._linear_gaussian import (
+    collapsed_log_marginal,
+    feature_posterior,
+    posterior_covariance,
+    predictive_log_density,
+    sample_feature_posterior,
 )
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 from numpyro_bnp.infer._model import read_restricted_feature_model
@@ -153,8 +159,7 @@ def _log_convolve(a, b):
 
 def _row_log_lik(x, u, s, noise_var):
     """``log N(x; u, σ_o²(1 + s) I)`` up to a constant; ``u`` ``(..., D)``, ``s`` ``(...)``."""
-    dim = x.shape[-1]
-    return -0.5 * dim * jnp.log1p(s) - jnp.sum((x - u) ** 2, -1) / (2.0 * noise_var * (1.0 + s))
+    return predictive_log_density(jnp.sum((x - u) ** 2, -1), noise_var * (1.0 + s), x.shape[-1])
 
 
 def _clipped_probs(logits):
@@ -170,12 +175,6 @@ def _clipped_probs(logits):
     return clipped, jax.nn.sigmoid(clipped)
 
 
-def _precision(zf, ratio):
-    """``M = ZᵀZ + ratio I`` and its lower Cholesky factor."""
-    m = zf.T @ zf + ratio * jnp.eye(zf.shape[1], dtype=zf.dtype)
-    return m, jnp.linalg.cholesky(m)
-
-
 # ---------------------------------------------------------------------------- the moves
 def _update_rows(key, z, logits, nums, max_count, fixed_count, power=1.0):
     """One sweep over the rows (step 1 of the module docstring); returns ``(Z, accepted (N,))``.
@@ -185,7 +184,6 @@ def _update_rows(key, z, logits, nums, max_count, fixed_count, power=1.0):
     dtype = logits.dtype
     x = nums.obs.astype(dtype)
     noise_var = nums.noise_var.astype(dtype)
-    ratio = noise_var / nums.feature_var.astype(dtype)
     num_features = z.shape[1]
     logits, probs = _clipped_probs(logits)
     log_pb = poisson_binomial_log_pmf(probs, max_count)
@@ -194,9 +192,9 @@ def _update_rows(key, z, logits, nums, max_count, fixed_count, power=1.0):
     count_term = jnp.concatenate([log_f - log_pb, jnp.full((z.shape[0], 1), -jnp.inf, dtype)], 1)
     suffix = suffix_log_pmf(probs, max_count)
     zf = z.astype(dtype)
-    _, chol = _precision(zf, ratio)
-    minv = cho_solve((chol, True), jnp.eye(num_features, dtype=dtype))
     ztx = zf.T @ x
+    _, chol = feature_posterior(zf.T @ zf, ztx, noise_var, nums.feature_var.astype(dtype))
+    minv = posterior_covariance(chol) / noise_var  # M⁻¹ = (ZᵀZ + σ_o²/σ_A² I)⁻¹ = Σ / σ_o²
 
     def row(carry, inputs):
         minv, ztx = carry
@@ -370,28 +368,21 @@ def _tilt(key, logits, beta_a, beta_b):
 def _feature_posterior(z, nums, dtype, stats=None):
     r"""``p(A | Z, O)`` and the collapsed ``log p(O | Z)``: ``(mean (K, D), chol, log_lik)``.
 
-    The posterior has mean ``M⁻¹ZᵀO`` and covariance ``σ_o² M⁻¹`` per column (``chol`` is the
-    lower Cholesky factor of ``M``). With ``r = σ_o²/σ_A²`` (Griffiths & Ghahramani 2011, Eq. 26,
-    by Woodbury): ``log p(O | Z) = -ND/2 log(2πσ_o²) - D/2 (log|M| - K log r)
-    - (tr OᵀO - tr(OᵀZ M⁻¹ ZᵀO)) / (2σ_o²)``. ``stats`` may give ``(ZᵀZ, ZᵀO)`` already
-    computed (then ``z`` is only used for its shape).
+    :func:`~numpyro_bnp.infer._linear_gaussian.feature_posterior` and
+    :func:`~numpyro_bnp.infer._linear_gaussian.collapsed_log_marginal` with the model's σ_o and
+    σ_A (``chol`` is the lower Cholesky factor of the precision ``ZᵀZ/σ_o² + I/σ_A²``). ``stats``
+    may give ``(ZᵀZ, ZᵀO)`` already computed (then ``z`` is not used).
     """
     x = nums.obs.astype(dtype)
     noise_var = nums.noise_var.astype(dtype)
-    ratio = noise_var / nums.feature_var.astype(dtype)
+    feature_var = nums.feature_var.astype(dtype)
     if stats is None:
         zf = z.astype(dtype)
         stats = zf.T @ zf, zf.T @ x
     gram, ztx = stats
-    chol = jnp.linalg.cholesky(gram + ratio * jnp.eye(gram.shape[0], dtype=dtype))
-    mean = cho_solve((chol, True), ztx)
-    (num_rows, dim), num_features = x.shape, z.shape[1]
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
-    quad = jnp.sum(x * x) - jnp.sum(ztx * mean)
-    log_lik = (
-        -0.5 * num_rows * dim * jnp.log(2.0 * jnp.pi * noise_var)
-        - 0.5 * dim * (log_det - num_features * jnp.log(ratio))
-        - quad / (2.0 * noise_var)
+    mean, chol = feature_posterior(gram, ztx, noise_var, feature_var)
+    log_lik = collapsed_log_marginal(
+        chol, ztx, mean, jnp.sum(x * x), x.shape[0], noise_var, feature_var
     )
     return mean, chol, log_lik
 
@@ -399,9 +390,7 @@ def _feature_posterior(z, nums, dtype, stats=None):
 def _draw_features(key, z, nums, dtype):
     """``A ~ p(A | Z, O)`` (step 5) and the collapsed ``log p(O | Z)``."""
     mean, chol, log_lik = _feature_posterior(z, nums, dtype)
-    eps = random.normal(key, mean.shape, dtype)
-    noise_sd = jnp.sqrt(nums.noise_var.astype(dtype))
-    return mean + noise_sd * solve_triangular(chol.T, eps, lower=False), log_lik
+    return sample_feature_posterior(key, mean, chol), log_lik
 
 
 def _log_prior(logits, z, nums, max_count):
@@ -571,7 +560,7 @@ class RestrictedIBPGibbs(MCMCKernel):
             logits = jnp.log(nums.beta_a.astype(dtype)) - jnp.log(nums.beta_b.astype(dtype))
         else:
             pi = jnp.clip(jnp.asarray(pi, dtype), jnp.finfo(dtype).tiny, 1.0 - jnp.finfo(dtype).eps)
-            logits = jnp.log(pi) - jnp.log1p(-pi)
+            logits = logit(pi)
         if z is None:
             _, probs = _clipped_probs(logits)
             suffix = suffix_log_pmf(probs, spec.max_count)
