@@ -55,7 +55,13 @@ from jax.scipy.special import gammaln
 from numpyro import handlers
 from numpyro.infer.mcmc import MCMCKernel
 
-from numpyro_bnp._checks import is_concrete, model_function, observed_array, positive_int
+from numpyro_bnp._checks import (
+    FixedOptions,
+    is_concrete,
+    model_function,
+    observed_array,
+    positive_int,
+)
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
 from numpyro_bnp.infer._linear_gaussian import (
@@ -311,7 +317,7 @@ def _sweep(state, x, cfg, refresh_every):
     return _finish(key, z, x, cfg, state.i + 1, max_active >= cfg.capacity)
 
 
-class AcceleratedIBPGibbs(MCMCKernel):
+class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
     r"""Accelerated collapsed Gibbs for the linear-Gaussian IBP model, as a NumPyro ``MCMCKernel``.
 
     Doshi-Velez & Ghahramani (2009); see the module docstring for the algorithm. The model is read
@@ -351,6 +357,8 @@ class AcceleratedIBPGibbs(MCMCKernel):
     """
 
     sample_field = "z"
+
+    fixed_options = ("refresh_every",)
 
     def __init__(self, model, *, refresh_every=64):
         self._model = model_function(model)

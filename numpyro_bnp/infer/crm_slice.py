@@ -56,7 +56,13 @@ from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import identity
 
-from numpyro_bnp._checks import model_function, nonnegative_int, positive_float, positive_int
+from numpyro_bnp._checks import (
+    FixedOptions,
+    model_function,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.crm import REPRESENTATIONS
 from numpyro_bnp.distributions.ibp import num_active_features
@@ -113,7 +119,7 @@ class CRMSliceState(NamedTuple):
     rng_key: jnp.ndarray
 
 
-class CRMSlice(MCMCKernel):
+class CRMSlice(FixedOptions, MCMCKernel):
     r"""Slice sampler for CRM latent trait models, as a NumPyro MCMC kernel (module docstring).
 
     :param model: a NumPyro model with a CRM site and a count site (Bernoulli or
@@ -161,6 +167,17 @@ class CRMSlice(MCMCKernel):
     """
 
     sample_field = "z"
+
+    fixed_options = (
+        "representation",
+        "xi_scale",
+        "max_atoms",
+        "n_gamma",
+        "gamma_step",
+        "n_marks",
+        "mark_step",
+        "n_swaps",
+    )
 
     def __init__(
         self,
