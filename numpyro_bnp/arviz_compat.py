@@ -20,12 +20,15 @@ import functools
 import sys
 import warnings
 
+import numpy as np
+
 __all__ = [
     "arviz",
     "from_dict",
     "from_numpyro",
     "group",
     "is_arviz_1",
+    "loo_pointwise",
     "repair_numpyro_packages",
 ]
 
@@ -88,3 +91,12 @@ def group(data, name):
     if is_arviz_1():
         return data[name].to_dataset()
     return getattr(data, name)
+
+
+def loo_pointwise(data, **kwargs):
+    """``arviz.loo(data, pointwise=True)``: ``(n_data_points, elpd_i)``, the number of observations
+    ArviZ counted and the pointwise ELPD as a NumPy array (``loo_i`` on 0.23, ``elpd_i`` on 1.x)."""
+    result = arviz().loo(data, pointwise=True, **kwargs)
+    if is_arviz_1():
+        return int(result.n_data_points), np.asarray(result.elpd_i)
+    return int(result["n_data_points"]), np.asarray(result["loo_i"])
