@@ -5,12 +5,53 @@ Python 3.11 resolves ArviZ 0.23 (``InferenceData``, ``from_dict`` with keyword g
 ``from_numpyro`` that leaves out the log-likelihood unless asked). Everything else in the library
 calls these functions and never branches on the version itself. ArviZ is imported lazily so that
 ``import numpyro_bnp`` stays fast.
+
+ArviZ 1.x registers ``numpyro`` as a lazily loaded module (``lazy_loader``) when it is imported.
+If the first import of NumPyro after that names a submodule (``from numpyro.infer import MCMC``),
+CPython's import system runs ``numpyro/__init__.py`` (which imports ``numpyro.infer``) only when
+it reads the lazy parent's ``__path__``, and then imports ``numpyro.infer`` a second time: the
+second package object, the one left in ``sys.modules`` and on ``numpyro``, lacks the attributes
+of the submodules the first run had already imported (``numpyro.infer.initialization``), which
+ArviZ 1.x's ``from_numpyro`` reads. :func:`repair_numpyro_packages` puts them back; the library
+calls it on import and before every export.
 """
 
 import functools
+import sys
 import warnings
 
-__all__ = ["add_group", "arviz", "from_dict", "from_numpyro", "group", "is_arviz_1"]
+import numpy as np
+
+__all__ = [
+    "add_group",
+    "arviz",
+    "from_dict",
+    "from_numpyro",
+    "group",
+    "is_arviz_1",
+    "loo_pointwise",
+    "repair_numpyro_packages",
+]
+
+
+def repair_numpyro_packages():
+    """Give every imported ``numpyro`` package the attributes of its imported submodules.
+
+    Restores ``numpyro.infer.initialization`` and the like after the double import described in
+    the module docstring; a no-op when nothing is missing. Returns the names repaired.
+    """
+    repaired = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("numpyro."):
+            continue
+        parent_name, _, child = name.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if parent is None or type(parent).__name__ == "_LazyModule":
+            continue  # not imported, or not yet run (reading it would run it)
+        if child not in vars(parent):
+            setattr(parent, child, module)
+            repaired.append(name)
+    return repaired
 
 
 @functools.cache
@@ -62,6 +103,7 @@ def add_group(data, name, variables, *, coords=None):
 
 def from_numpyro(mcmc, *, log_likelihood=True, **kwargs):
     """``arviz.from_numpyro`` with the log-likelihood group on by default on both versions."""
+    repair_numpyro_packages()
     return arviz().from_numpyro(mcmc, log_likelihood=log_likelihood, **kwargs)
 
 
@@ -70,3 +112,12 @@ def group(data, name):
     if is_arviz_1():
         return data[name].to_dataset()
     return getattr(data, name)
+
+
+def loo_pointwise(data, **kwargs):
+    """``arviz.loo(data, pointwise=True)``: ``(n_data_points, elpd_i)``, the number of observations
+    ArviZ counted and the pointwise ELPD as a NumPy array (``loo_i`` on 0.23, ``elpd_i`` on 1.x)."""
+    result = arviz().loo(data, pointwise=True, **kwargs)
+    if is_arviz_1():
+        return int(result.n_data_points), np.asarray(result.elpd_i)
+    return int(result["n_data_points"]), np.asarray(result["loo_i"])

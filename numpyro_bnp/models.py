@@ -19,7 +19,10 @@ Plain model functions: copy one and edit it, run it under NumPyro's own engines 
 
 The observation means are written as ``Z @ A`` (resp. ``(Z * W) @ A``) so that the number of rows
 follows the rows of ``Z``: the streaming engines evaluate the likelihood one row at a time by
-substituting a single row.
+substituting a single row. The observed rows are conditionally independent given the latent sites
+and sit in a ``numpyro.plate("row", N)`` (its size follows the rows of ``Z``), with the ``D``
+columns as one event: ``numpyro.infer.log_likelihood`` and ArviZ (``loo``, ``waic``) get one
+log-likelihood term per row.
 """
 
 import jax
@@ -58,6 +61,14 @@ def _positive(**params):
     be traced with them as arguments of a compiled function)."""
     for name, value in params.items():
         _check(lambda x: x > 0, name, "finite and > 0", value)
+
+
+def _observe(name, fn, value):
+    """The observed ``(N, D)`` site ``name``: rows in a ``numpyro.plate("row", N)``, columns an
+    event (``.to_event(1)``), so the log-likelihood has one term per row (``arviz.loo``). ``N``
+    follows the rows of the mean (``Z @ A``): the streaming engines substitute a single row."""
+    with numpyro.plate("row", fn.batch_shape[0]):
+        return numpyro.sample(name, fn.to_event(1), obs=value)
 
 
 def _capacity(alpha, beta, num_obs, max_features):
@@ -101,7 +112,7 @@ def linear_gaussian(
     num_features = _capacity(alpha, beta, num_obs, max_features)
     z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
-    return numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(2), obs=obs)
+    return _observe("obs", dist.Normal(z @ a, sigma_o), obs)
 
 
 def factor_analysis(
@@ -132,7 +143,7 @@ def factor_analysis(
     z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
     w = numpyro.sample("W", dist.Normal(0.0, sigma_w).expand([num_obs, num_features]).to_event(2))
-    return numpyro.sample("obs", dist.Normal((z * w) @ a, sigma_o).to_event(2), obs=obs)
+    return _observe("obs", dist.Normal((z * w) @ a, sigma_o), obs)
 
 
 def restricted_linear_gaussian(
@@ -196,7 +207,7 @@ def restricted_linear_gaussian(
         "Z", RestrictedBernoulliProcess(pi, count_dist).expand([num_obs]).to_event(1)
     )
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
-    return numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(2), obs=obs)
+    return _observe("obs", dist.Normal(z @ a, sigma_o), obs)
 
 
 def _crm_truncation(mean_active, truncation):
@@ -211,7 +222,7 @@ def _crm_trait_model(obs, crm, count_fn, num_obs, dim, sigma0, sigma):
     num_atoms = jnp.shape(theta)[-1]  # follows the substituted value (samplers may resize it)
     x = numpyro.sample("X", count_fn(theta).expand([num_obs, num_atoms]).to_event(2))
     psi = numpyro.sample("psi", dist.Normal(0.0, sigma0).expand([num_atoms, dim]).to_event(2))
-    return numpyro.sample("obs", dist.Normal(x @ psi, sigma).to_event(2), obs=obs)
+    return _observe("obs", dist.Normal(x @ psi, sigma), obs)
 
 
 def beta_bernoulli_linear_gaussian(
@@ -318,4 +329,4 @@ def bnb_combinatorial_clustering(
     rates = numpyro.sample(
         "rates", dist.Gamma(r[:, None], 1.0 / odds).expand([num_docs, num_atoms]).to_event(2)
     )
-    return numpyro.sample("counts", dist.Poisson(rates @ topics).to_event(2), obs=counts)
+    return _observe("counts", dist.Poisson(rates @ topics), counts)

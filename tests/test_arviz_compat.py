@@ -1,6 +1,11 @@
 """The ArviZ adapter gives the same data on ArviZ 0.23 (InferenceData) and 1.x (DataTree)."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 
 from numpyro_bnp.arviz_compat import arviz, from_dict, group
 
@@ -21,3 +26,48 @@ def test_from_dict_keeps_values_and_a_time_dimension():
     # ArviZ's own statistics accept it on either version
     summary = arviz().summary(data, var_names=["w"], kind="stats")
     np.testing.assert_allclose(summary["mean"].to_numpy(), w.mean(axis=(0, 1)).ravel(), atol=5e-3)
+
+
+EXPORT = """
+import sys
+{imports}
+import jax
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numpyro.infer import MCMC
+from numpyro_bnp.infer import AcceleratedIBPGibbs
+from numpyro_bnp.models import linear_gaussian
+
+mcmc = MCMC(AcceleratedIBPGibbs(linear_gaussian), num_warmup=1, num_samples=2, progress_bar=False)
+mcmc.run(jax.random.PRNGKey(0), np.ones((3, 2)), num_obs=3, dim=2, max_features=2)
+data = az.from_numpyro(mcmc)
+print(sorted(data.children if hasattr(data, "children") else data.groups()))
+"""
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "import numpyro_bnp\nimport arviz as az",
+        "import arviz as az\nimport numpyro_bnp",
+        # ArviZ 1.x loads numpyro lazily: a submodule imported first used to be imported twice
+        "import arviz as az\nfrom numpyro.infer import NUTS\nimport numpyro_bnp",
+    ],
+    ids=["library-first", "arviz-first", "arviz-then-numpyro.infer"],
+)
+def test_arviz_from_numpyro_in_any_import_order(imports):
+    """A fresh interpreter: ArviZ's own from_numpyro exports a library kernel's run."""
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", EXPORT.format(imports=imports)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    groups = out.stdout.strip().splitlines()[-1]
+    assert "posterior" in groups and "observed_data" in groups  # log-likelihood: 0.23 only

@@ -56,6 +56,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
 from numpyro.distributions import constraints
+from numpyro.primitives import Messenger
 
 from numpyro_bnp._checks import is_concrete, observed_array
 from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess
@@ -72,6 +73,7 @@ __all__ = [
     "read_feature_model",
     "read_restricted_feature_model",
     "sites_of",
+    "trace_model",
     "unwrap",
 ]
 
@@ -107,6 +109,32 @@ def model_cache_key(model, model_args=(), model_kwargs=None):
         else:
             keys.append((type(leaf), leaf))
     return model, treedef, tuple(keys)
+
+
+class _LastSite(Messenger):
+    """Remembers the name of the last site the model has finished (to say where it failed)."""
+
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.last = None
+
+    def postprocess_message(self, msg):
+        if msg["type"] in ("sample", "deterministic", "param", "plate"):
+            self.last = msg["name"]
+
+
+def trace_model(model, model_args, model_kwargs, engine, *, seed=True):
+    """``handlers.trace`` of ``model(*model_args, **model_kwargs)`` (seeded unless ``seed`` is
+    False); an exception raised inside the model is re-raised as itself, with a note naming
+    ``engine`` and the last site the model had finished before it failed."""
+    watched = _LastSite(model)
+    fn = handlers.seed(watched, rng_seed=0) if seed else watched
+    try:
+        return handlers.trace(fn).get_trace(*model_args, **(model_kwargs or {}))
+    except Exception as err:
+        where = f"after its site {watched.last!r}" if watched.last else "before its first site"
+        err.add_note(f"raised inside the model while {engine} was tracing it ({where})")
+        raise
 
 
 def sites_of(sites, kind, shape=None):
@@ -146,9 +174,7 @@ class TracedSites:
         if substitute_fn is not None:
             model = handlers.substitute(model, substitute_fn=substitute_fn)
         with jax.ensure_compile_time_eval():
-            tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(
-                *model_args, **model_kwargs
-            )
+            tr = trace_model(model, model_args, model_kwargs, f"{engine} (reading the model)")
         given = set(given)
         self.sites = [s for s in tr.values() if s["type"] == "sample" and s["name"] not in given]
         self.summary = tuple(_describe(s) for s in self.sites)
@@ -253,6 +279,7 @@ class FeatureModel:
     noise_var: np.ndarray | None = None
     site_summary: tuple = field(default=())
     obs_support: object = None
+    engine: str = "this engine"
 
     def check_observed(self, values, name):
         """Raise ``ValueError`` unless every row of ``values`` ``(n, D)`` is in the support of the
@@ -294,9 +321,8 @@ class FeatureModel:
         model = handlers.condition(
             handlers.substitute(self.model, data=values), data={self.obs_site: obs[None]}
         )
-        tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(
-            *self.model_args, **self.model_kwargs
-        )
+        engine = f"{self.engine} (one row's likelihood)"
+        tr = trace_model(model, self.model_args, self.model_kwargs, engine)
         site = tr[self.obs_site]
         shape = site["fn"].batch_shape + site["fn"].event_shape
         if shape != (1, *jnp.shape(obs)):
@@ -370,6 +396,7 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
         dim=dim,
         site_summary=read.summary,
         obs_support=obs_base.support,
+        engine=engine,
     )
     if weights is not None:
         w_loc, w_var = normal_params(weights, (num_rows, max_features))
