@@ -284,9 +284,9 @@ def test_demo_reports_an_unwritable_output_directory(capsys):
 
 def test_kernel_options_cannot_change_under_compiled_code():
     kernel = CRMSlice(_ibp_model, n_gamma=3)
-    with pytest.raises(AttributeError, match="CRMSlice.n_gamma is fixed"):
+    with pytest.raises(AttributeError, match=r"CRMSlice\.n_gamma is fixed"):
         kernel.n_gamma = 0
     baseline = AcceleratedIBPGibbs(_ibp_model, refresh_every=8)
-    with pytest.raises(AttributeError, match="AcceleratedIBPGibbs.refresh_every is fixed"):
+    with pytest.raises(AttributeError, match=r"AcceleratedIBPGibbs\.refresh_every is fixed"):
         baseline.refresh_every = 2
     assert (kernel.n_gamma, baseline.refresh_every) == (3, 8)

@@ -231,6 +231,6 @@ def test_model_cache_compares_large_argument_arrays_by_value():
 def test_options_closed_over_by_compiled_code_cannot_change():
     filt = RIBPFilter(linear_gaussian, num_steps=2)
     for option, value in (("num_steps", 5), ("ossify", False), ("dtype", np.float32)):
-        with pytest.raises(AttributeError, match=f"RIBPFilter.{option} is fixed"):
+        with pytest.raises(AttributeError, match=rf"RIBPFilter\.{option} is fixed"):
             setattr(filt, option, value)
     assert filt.num_steps == 2 and filt.ossify
