@@ -56,10 +56,21 @@ def repair_numpyro_packages():
 
 @functools.cache
 def arviz():
-    """The ``arviz`` module (0.23 warns about its coming refactor on import; that is silenced)."""
+    """The ``arviz`` module (0.23 warns about its coming refactor on import; that is silenced).
+
+    ArviZ 0.23 records the day of that warning in a stamp file in the user's cache, through a
+    temporary file of a fixed name: when two processes import it at once on a new day (``pytest
+    -n 2``, a process pool), one of them fails with ``FileNotFoundError``. The stamp is written by
+    then, so the import is tried once more.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        import arviz as az
+        try:
+            import arviz as az
+        except FileNotFoundError as error:
+            if "daily_warning" not in str(error):
+                raise
+            import arviz as az
     return az
 
 

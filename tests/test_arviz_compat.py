@@ -71,3 +71,37 @@ def test_arviz_from_numpyro_in_any_import_order(imports):
     assert out.returncode == 0, out.stderr[-3000:]
     groups = out.stdout.strip().splitlines()[-1]
     assert "posterior" in groups and "observed_data" in groups  # log-likelihood: 0.23 only
+
+
+RACE = """
+import pathlib
+
+replace = pathlib.Path.replace
+
+
+def replaced_by_another_process(self, target):
+    # the other process's replace ran first: the stamp is there, this temporary file is gone
+    replace(self, target)
+    raise FileNotFoundError(2, "No such file or directory", str(self), str(target))
+
+
+pathlib.Path.replace = replaced_by_another_process
+from numpyro_bnp.arviz_compat import arviz
+
+print(arviz().__version__)
+"""
+
+
+def test_arviz_import_survives_another_process_writing_its_daily_stamp(tmp_path):
+    """ArviZ 0.23 writes a once-a-day stamp on import; two processes at once made one fail."""
+    if int(arviz().__version__.split(".")[0]) >= 1:
+        pytest.skip("ArviZ 1.x writes no stamp")
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", RACE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "XDG_CACHE_HOME": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == arviz().__version__
