@@ -13,6 +13,7 @@ from jax import lax, random
 from jax.scipy.special import logsumexp
 
 from numpyro_bnp._math import logit
+from numpyro_bnp.infer._ribp_update import fit, fit_closed_form
 
 POLISH_STEPS = 16  # greedy flip steps that improve the log-predictive proposal's mode
 
@@ -97,8 +98,7 @@ def local_fit(filt, state, obs):
     """Clipped prior ``π`` and fitted ``b`` of one row ``(D,)``, features held fixed."""
     eps = jnp.finfo(filt.dtype).eps
     prior = jnp.clip(filt.prior(state), eps, 1.0 - eps)
-    fit = filt._fit_generic if filt.kind == "generic" else filt._fit_closed_form
-    return prior, fit(state, obs, prior, logit(prior), update_features=False)[0]
+    return prior, fit(filt, state, obs, prior, logit(prior), update_features=False)[0]
 
 
 def proposal_mode(filt, state, obs, prior, b):
@@ -183,7 +183,7 @@ def _log_predictive_fn(filt, num_samples):
         prior, b = local_fit(filt, state, o)
         if filt.kind != "generic":  # see proposal_mode
             z_hat = proposal_mode(filt, state, o, prior, b)
-            refit = filt._fit_closed_form(state, o, z_hat, logit(prior), update_features=False)
+            refit = fit_closed_form(filt, state, o, z_hat, logit(prior), update_features=False)
             # coordinate ascent from z_hat can slide back to the plain fit's optimum (on 4 of
             # 500 rows at D = 50, and always off a new feature's unborn slot): keep half the
             # mass on the polished mode itself

@@ -13,31 +13,21 @@ probabilities ``e_k``. New features are born from the prior's Poisson terms: a f
 probability becomes non-negligible when the expected number of features ``ρ`` approaches it, and
 the likelihood then pulls its ``b`` up. Memory and time per observation are O(K D) for K slots.
 
-**Existence probabilities (a correction to the paper).** Eq. 5 needs the number of features
-created so far, ``Λ_{n-1} ≈ Poisson(ρ_{n-1})`` with ``ρ = Σ_k e_k``. The paper (App. A) takes
-``e_k = 1 - Π_{n'} (1 - b_{n'k})``, as if the ``z_{n'k}`` were independent; they are not (a dish is
-taken again only once it exists), and with no data this ``ρ_n`` differs from ``E[Λ_n] = α H^β_n``,
-so the filter's prior drifts from the exact IBP marginals (by 0.22 at α = 10.78, β = 5.6, n = 5).
-The prior ``q_{nk} = S_{n-1,k}/(β+n-1) + c_{nk}`` is a sum of two exclusive events, taking an
-existing dish or creating dish ``k`` now (``c_{nk}``, the Poisson-CDF term), so the filter adds to
-``e_k`` the posterior probability that observation ``n`` *created* dish ``k``,
-``b_{nk} c_{nk} / q_{nk}`` (capped at 1). With no data this is exact: ``e_k = P(Λ_n >= k)``,
-``ρ_n = E[Λ_n]`` and the filter reproduces :meth:`RecursiveIBP.marginals` to rounding.
+**Existence probabilities** ``e_k`` (a correction to the paper's App. A, derived in
+:mod:`numpyro_bnp.infer._ribp_update`): each observation adds to ``e_k`` the posterior
+probability that it *created* feature ``k``, so that ``ρ = Σ_k e_k`` estimates the number of
+features created so far and, with no data, the filter reproduces :meth:`RecursiveIBP.marginals`
+to rounding.
 
-**Feature update.** ``feature_update="paper"`` (default) is the paper's Eqs. 10-11: each
-feature moves by ``b`` times its data term and ``b`` is scored against that feature. For an unborn
-slot that feature is the prior ``N(μ⁰, Σ⁰)``, whose expected log-likelihood carries the penalty
-``tr(ΛΣ⁰)/2`` (100 nats at D = 50, σ_A = 1, σ_o = 0.5), so births need a large prior ``b`` and
-stop once the creation mass ``αβ/(β+n-1)`` falls below about 0.1-0.3: the count stalls after a
-few dozen observations whatever the data say. ``"birth"`` (experimental, a change to the paper)
-scores the unborn slots (existence below ``retire_threshold``) with their feature *given*
-``z_l = 1`` minus its KL from the prior — for a Gaussian likelihood the exact log Bayes factor of
-a new feature with the feature integrated out — and commits the moments of
-``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``; born features follow the paper's update. It keeps the count
-growing and improves the held-out predictive, but over-counts when rows hold many features (the
-greedy features are blends that rarely recur, see ``docs/ribp.md``). ``"collapsed"``
-(experimental) does the same for every slot, existing features included and not ossified; it
-under-counts even more.
+**The update** (:mod:`numpyro_bnp.infer._ribp_update`, where the coordinate-ascent sweep, the
+``feature_update`` choices, the generic path's Newton safeguard and the retiring of holes are
+documented): a few sweeps over the slots fit each feature and ``b_nk`` against the prior frozen
+at the start of the observation, each feature's update ossified (paper App. B.2: averaged with
+its old value, weights ``b_nk`` and ``S_{n-1,k}``). ``feature_update="paper"`` (default) is the
+paper's Eqs. 10-11; ``"birth"`` and ``"collapsed"`` (experimental, changes to the paper) score
+unborn slots, or all, with the feature integrated out. After each observation the *holes* (slots
+whose existence probability is below ``retire_threshold`` while a later slot's is above it) are
+reset to the prior and moved behind the live slots.
 
 **Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
 one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
@@ -62,37 +52,8 @@ Variants, chosen from the model (:mod:`numpyro_bnp.infer._model`):
   the gradient and diagonal Hessian of the model's own log-likelihood (through handlers, other
   indicators plugged in at their means ``b``), and its logit gets the likelihood difference between
   ``z_l = 1`` and ``z_l = 0`` with a second-order correction for the feature's variance. On a
-  linear-Gaussian model one Newton step is exact and the path equals the closed form.
-
-  **Newton safeguard.** A full Newton step can overshoot far when the likelihood's curvature
-  grows along the step: for counts ``~ Poisson(200)`` under a log link (``D = 5``, ``α = 3``,
-  ``σ_A = 1``) the first step from the prior (rate ``e⁰ = 1``, gradient ``≈ 199`` per entry)
-  lands near a log-rate of 97, ``e^97`` is infinite in float32, and the unguarded filter's whole
-  state was NaN from the first row on, without a warning. So each step is safeguarded: a
-  gradient or curvature entry that is not finite counts as zero, the curvature is floored at 0
-  (the step's variance never exceeds the prior's), and the step is halved, at most
-  ``MAX_HALVINGS`` times and else dropped, until the slot's objective (its weighted
-  log-likelihood plus the log prior of its feature) does not decrease, up to rounding. On those
-  counts the filter then fits (the plug-in rate is within 1 % of the data mean); on a
-  linear-Gaussian model the full step lands on the maximum, is always taken, and the path still
-  equals the closed form.
-
-Each coordinate-ascent step is one sweep over the slots (forward on even steps, backward on odd
-steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11 against the prior frozen at
-the start of the observation, then the *ossification* average with weights ``b_nl`` (new) and
-``S_{n-1,l}`` (old) — and then ``b_nl``, carrying only the D-vector residual
-``o_n - Σ_{k≠l} b_k E[w_k] μ_k`` from slot to slot. Factor analysis then updates the weights.
-Everything that does not depend on the residual (the feature's mean is affine in it,
-``μ_l = a_l + g_l ⊙ r_l``) is computed for all slots before the sequential loop, which emits one
-array per slot, ``(b_l, [ϕ_l, Φ_l,] μ_l)``: with XLA on CPU a scalar and a vector output would
-copy the whole ``(K, D)`` output buffer at every slot.
-
-**Retiring features.** A slot whose existence probability is below
-``retire_threshold`` while a later slot's is above it is a *hole*: the prior indexes features by
-creation order, so a hole would keep absorbing creation mass meant for the next new feature and
-waste capacity. After each observation holes are reset to the prior and moved behind the live
-slots (the live slots keep their order). Slots beyond the frontier stay in reserve for new
-features.
+  linear-Gaussian model one Newton step is exact and the path equals the closed form. Each
+  Newton step is safeguarded against overshooting (:mod:`numpyro_bnp.infer._ribp_update`).
 
 **Capacity.** The state has a fixed number of slots ``K``. After each observation the filter
 records the prior mass of features beyond the capacity, ``P(Pois(ρ_{n-1} + αβ/(β+n-1)) > K)``;
@@ -100,45 +61,26 @@ when it exceeds ``truncation_tol`` the streaming loop doubles ``K`` and re-runs 
 the user fixed ``max_features``, warns that the run is truncated.
 """
 
-import functools
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from numpyro_bnp._checks import (
     FixedOptions,
-    finite_in_dtype,
     floating_dtype,
     model_function,
     positive_int,
     prng_key,
     unit_interval,
 )
-from numpyro_bnp._math import bernoulli_kl, logit, normal_kl, poisson_interval_probs
+from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
-from numpyro_bnp.infer import _ribp_predictive, streaming
+from numpyro_bnp.infer import _ribp_checks, _ribp_predictive, _ribp_update, streaming
 from numpyro_bnp.infer._model import model_cache_key, read_feature_model
 from numpyro_bnp.infer._ribp_refine import refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
-
-MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
-
-
-def _ossify(b, running_sum, new, old, keep=True):
-    """The ossification average (paper App. B.2): ``(b new + S old) / (b + S)``.
-
-    ``b`` is the observation's probability of using the slot, ``S`` the slot's running sum
-    ``Σ_{n'} b_{n'}``, ``new`` the slot's update from this observation and ``old`` its value
-    before; where ``b + S = 0`` or ``keep`` is False, ``new`` is returned. Broadcasts.
-    """
-    total = b + running_sum
-    keep = keep & (total > 0)
-    share = jnp.where(keep, b / jnp.where(keep, total, 1.0), 1.0)
-    return old + share * (new - old)
 
 
 class RIBPState(NamedTuple):
@@ -148,7 +90,7 @@ class RIBPState(NamedTuple):
     :ivar var: ``(K, D)`` diagonal feature covariances ``Σ_k``.
     :ivar running_sum: ``(K,)`` ``S_k = Σ_{n'} b_{n'k}``.
     :ivar existence: ``(K,)`` probability that feature ``k`` has been created (see the module
-        docstring).
+        docstring and :func:`numpyro_bnp.infer._ribp_update.absorb`).
     :ivar num_seen: ``()`` int32, observations absorbed.
     :ivar truncation: ``()`` the largest prior mass beyond the capacity seen so far.
     """
@@ -191,11 +133,11 @@ class RIBPFilter(FixedOptions):
         starts from a capacity for one row (at least 16) and doubles it when needed.
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
-    :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"``; see the
-        module docstring.
+    :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"``; see
+        :mod:`numpyro_bnp.infer._ribp_update`.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
     :param int newton_steps: Newton steps per slot and sweep in the generic path (each one
-        safeguarded, see the module docstring).
+        safeguarded, see :mod:`numpyro_bnp.infer._ribp_update`).
     :param float retire_threshold: existence probability below which a hole is retired.
     :param float truncation_tol: prior mass beyond the capacity that triggers growth or a warning.
     :param dtype: floating dtype of the state; default ``jnp.result_type(float)`` (float32
@@ -371,35 +313,8 @@ class RIBPFilter(FixedOptions):
                 f"{spec.weight_site!r} with a non-Gaussian or non-linear likelihood "
                 f"(sites: {'; '.join(spec.site_summary)})"
             )
-        # constants finite in float64 can overflow or vanish in the working dtype (σ = 1e20
-        # squared, 1/σ² for σ = 1e-30 in float32) and would turn the whole state into NaN
+        _ribp_checks.check_constants(spec, self.dtype)
         dt = self.dtype
-        obs, feat = repr(spec.obs_site), repr(spec.feature_site)
-        constants = [
-            (spec.alpha, f"alpha of the RecursiveIBP site {spec.ibp_site!r}", True),
-            (spec.beta, f"beta of the RecursiveIBP site {spec.ibp_site!r}", True),
-            (spec.feature_loc, f"the prior mean of the feature site {feat}", False),
-            (spec.feature_var, f"the prior variance of the feature site {feat}", True),
-        ]
-        if spec.noise_var is not None:
-            with np.errstate(divide="ignore"):
-                noise_prec = 1.0 / spec.noise_var
-            constants += [
-                (
-                    noise_prec,
-                    f"the noise precision 1/σ² of the observed site {obs}",
-                    True,
-                ),
-                (spec.noise_var, f"the noise variance σ² of the observed site {obs}", True),
-            ]
-        if spec.weight_site is not None:
-            weight = repr(spec.weight_site)
-            constants += [
-                (spec.weight_loc, f"the prior mean of the weight site {weight}", False),
-                (spec.weight_var, f"the prior variance of the weight site {weight}", True),
-            ]
-        for value, name, positive in constants:
-            finite_in_dtype(value, name, dtype=dt, positive=positive)
         self.spec, self.kind = spec, kind
         self.dim = spec.dim
         self._ibp = RecursiveIBP(
@@ -474,55 +389,7 @@ class RIBPFilter(FixedOptions):
         :raises ValueError: naming the first field that does not fit.
         """
         self._require_init()
-        if not isinstance(state, RIBPState):
-            raise TypeError(f"{name} must be an RIBPState, got {type(state).__name__}")
-        fields = {field: np.asarray(value) for field, value in state._asdict().items()}
-        mean = fields["mean"]
-        if mean.ndim != 2 or mean.shape[0] < 1 or mean.shape[1] != self.dim:
-            raise ValueError(
-                f"{name}.mean must have shape (K, {self.dim}) for the model's D = {self.dim}, "
-                f"got {mean.shape}"
-            )
-        capacity, dim = mean.shape
-        shapes = {
-            "mean": (capacity, dim),
-            "var": (capacity, dim),
-            "running_sum": (capacity,),
-            "existence": (capacity,),
-            "num_seen": (),
-            "truncation": (),
-        }
-        for field, shape in shapes.items():
-            value = fields[field]
-            if value.shape != shape:
-                raise ValueError(
-                    f"{name}.{field} must have shape {shape} (K = {capacity} slots, from "
-                    f"{name}.mean), got {value.shape}"
-                )
-            want = np.dtype(np.int32) if field == "num_seen" else np.dtype(self.dtype)
-            if value.dtype != want:
-                raise ValueError(
-                    f"{name}.{field} must have dtype {want} (the filter's dtype), got {value.dtype}"
-                )
-            if not np.isfinite(value).all():
-                raise ValueError(f"{name}.{field} holds NaN or infinite values")
-        ranges = {
-            "var": (fields["var"] > 0, "> 0"),
-            "running_sum": (fields["running_sum"] >= 0, ">= 0"),
-            "existence": ((fields["existence"] >= 0) & (fields["existence"] <= 1), "in [0, 1]"),
-            "num_seen": (fields["num_seen"] >= 0, ">= 0"),
-            "truncation": ((fields["truncation"] >= 0) & (fields["truncation"] <= 1), "in [0, 1]"),
-        }
-        for field, (ok, what) in ranges.items():
-            if not np.all(ok):
-                bad = fields[field].reshape(-1)[np.argmin(np.reshape(ok, -1))].item()
-                raise ValueError(f"{name}.{field} must be {what}, got {bad!r}")
-        if self.max_features is not None and capacity != self.max_features:
-            raise ValueError(
-                f"{name} has {capacity} slots but the filter fixes max_features="
-                f"{self.max_features}; build the filter with max_features={capacity}, or None "
-                "to let the capacity grow"
-            )
+        _ribp_checks.check_state(self, state, name)
 
     @staticmethod
     def capacity(state):
@@ -558,31 +425,12 @@ class RIBPFilter(FixedOptions):
         eps = jnp.finfo(dt).eps
         q = jnp.clip(self.prior(state), eps, 1.0 - eps)
         prior_logit = logit(q)
-        fit = self._fit_generic if self.kind == "generic" else self._fit_closed_form
-        b, mean, var, local = fit(state, obs, q, prior_logit, update_features=True)
-        elbo = self._elbo(state, obs, q, b, local)
-
-        # existence: add the posterior probability that THIS observation created feature k, b
-        # times the creation share of its prior, q = S/(β+n-1) [take] + P(created now) [create]
-        denom = self._ibp.beta + state.num_seen.astype(dt)
-        created_share = jnp.clip(1.0 - state.running_sum / denom / q, 0.0, 1.0)
-        existence = jnp.minimum(state.existence + b * created_share, 1.0 - eps)
-        running_sum = state.running_sum + b
-        num_seen = state.num_seen + 1
-        rate = jnp.sum(state.existence)
-        new_rate = self._ibp.alpha * self._ibp.beta / denom
-        capacity = mean.shape[0]
-        # P(Pois(ρ_{n-1} + αβ/(β+n-1)) > K): prior mass of features the slots cannot hold
-        beyond = poisson_interval_probs(jnp.zeros_like(rate), rate + new_rate, capacity + 1)[-1]
-        new = RIBPState(
-            mean,
-            var,
-            running_sum,
-            existence,
-            num_seen,
-            jnp.maximum(state.truncation, beyond).astype(dt),
+        b, mean, var, local = _ribp_update.fit(
+            self, state, obs, q, prior_logit, update_features=True
         )
-        new = self._retire_holes(new)
+        elbo = _ribp_update.elbo(self, state, obs, q, b, local)
+        *statistics, beyond = _ribp_update.absorb(self, state, q, b)
+        new = _ribp_update.retire_holes(self, RIBPState(mean, var, *statistics))
         exists = new.existence
         info = RIBPInfo(
             num_features=jnp.sum(exists),
@@ -592,280 +440,6 @@ class RIBPFilter(FixedOptions):
             truncation=beyond.astype(dt),
         )
         return new, info
-
-    def _retire_holes(self, state):
-        exists = state.existence
-        later = lax.cummax(exists[::-1])[::-1]
-        later = jnp.concatenate([later[1:], jnp.zeros_like(later[:1])])
-        hole = (exists < self.retire_threshold) & (later >= self.retire_threshold)
-
-        def compact(state):
-            # the stable partition live-then-holes, without a sort: a sort keeps XLA from compiling
-            # the whole chunk loop into one CPU kernel (see numpyro_bnp.xla_cpu)
-            live = ~hole
-            slot = jnp.arange(hole.shape[0])
-            target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
-            order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
-            moved = hole[order][:, None]
-            fresh = self._empty(self.capacity(state))
-            fields = [
-                jnp.where(moved if f.ndim == 2 else moved[:, 0], z, f[order])
-                for f, z in zip(state[:4], fresh[:4], strict=True)
-            ]
-            return RIBPState(*fields, state.num_seen, state.truncation)
-
-        return lax.cond(jnp.any(hole), compact, lambda s: s, state)
-
-    def _fit_closed_form(self, state, obs, q, prior_logit, *, update_features):
-        """Coordinate ascent for the Gaussian likelihoods (paper App. B.2-B.3).
-
-        Returns ``b``, the features' means and variances, and for factor analysis the weights'
-        means ``ϕ`` and variances ``Φ`` given ``z = 1`` (``None`` otherwise).
-        """
-        mu0, var0 = state.mean, state.var
-        capacity = mu0.shape[0]
-        if self.kind == "factor_analysis":
-            # weights start one prior standard deviation above their mean: this breaks the sign
-            # symmetry between w and A for a new feature (the authors' code draws them at random)
-            w_var = jnp.full(capacity, self.spec.weight_var, self.dtype)
-            phi = self.spec.weight_loc + jnp.sqrt(w_var)
-        else:
-            w_var, phi = jnp.zeros(capacity, self.dtype), jnp.ones(capacity, self.dtype)
-        carry = (q, mu0, var0, phi, w_var)
-        for step in range(self.num_steps_):
-            carry = self._sweep(state, obs, prior_logit, carry, step % 2 == 1, update_features)
-        b, mean, var, phi, w_var = carry
-        born = self._born(state)
-        if update_features and born is not None:
-            mean1, var1 = self._commit(state, b, mean, var)
-            mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
-        local = (phi, w_var) if self.kind == "factor_analysis" else None
-        return b, mean, var, local
-
-    def _born(self, state):
-        """``(K, 1)`` mask of the slots scored with the feature integrated out, or ``None``.
-
-        ``"collapsed"``: every slot. ``"birth"``: the unborn slots, whose existence probability
-        is below ``retire_threshold`` (see the module docstring). ``"paper"``: none.
-        """
-        if self.feature_update == "paper":
-            return None
-        if self.feature_update == "collapsed":
-            return jnp.ones_like(state.existence, bool)[:, None]
-        return (state.existence < self.retire_threshold)[:, None]
-
-    def _commit(self, state, b, mean1, var1):
-        """Collapsed mode: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``, then ossified."""
-        mu0, var0, S = state.mean, state.var, state.running_sum
-        bc = b[:, None]
-        step = mean1 - mu0
-        mean = mu0 + bc * step
-        var = bc * var1 + (1.0 - bc) * var0 + bc * (1.0 - bc) * step * step
-        if self.ossify:
-            Sc = S[:, None]
-            mean, var = _ossify(bc, Sc, mean, mu0), _ossify(bc, Sc, var, var0)
-        return mean, var
-
-    def _sweep(self, state, obs, prior_logit, carry, reverse, update):
-        """One sweep over the slots, carrying only the D-vector residual; O(K D).
-
-        For slot ``l``: feature, then (factor analysis) its weight given ``z_l = 1``, then
-        ``b_l``. Everything that does not depend on the residual is computed for all slots at once
-        before the sequential scan: the feature's mean is affine in the residual ``r_l``,
-        ``μ_l = a_l + g_l ⊙ r_l``, with the weights ``b_l, ϕ_l`` of the previous sweep.
-
-        * ``paper``: Eqs. 10-11 (weighted by ``b_l``) against the frozen prior, then ossified;
-          the logit uses that feature.
-        * ``collapsed`` (every slot) and ``birth`` (the unborn slots, :meth:`_born`): the
-          feature's posterior *given* ``z_l = 1`` (weight 1, not ossified); the logit gets its KL
-          from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes factor of
-          ``z_l = 1`` with the feature integrated out.
-        """
-        lam = self._noise_prec
-        fa = self.kind == "factor_analysis"
-        born = self._born(state)
-        b, mean, _, phi, w_var = carry
-        mu0, var0, S = state.mean, state.var, state.running_sum
-        if update or born is not None:
-            weight = b[:, None] if born is None else jnp.where(born, 1.0, b[:, None])
-            phic = phi[:, None]
-            var_s = 1.0 / (1.0 / var0 + weight * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
-            a, g = var_s * mu0 / var0, var_s * (weight * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
-            if self.ossify:  # the average of affine maps r -> a + g r is affine (born: _commit)
-                bc, Sc, keep = b[:, None], S[:, None], True if born is None else ~born
-                a, g = _ossify(bc, Sc, a, mu0, keep), _ossify(bc, Sc, g, 0.0, keep)
-                var_s = _ossify(bc, Sc, var_s, var0, keep)
-        else:
-            a, g, var_s = mu0, jnp.zeros_like(mu0), var0
-        trace_var = var_s @ lam  # tr(Λ Σ_l)
-        if born is not None:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
-            kl_const = jnp.sum(normal_kl(mu0, var_s, mu0, var0), axis=-1)
-            born_f = born[:, 0].astype(kl_const.dtype)
-        else:
-            kl_const = born_f = jnp.zeros_like(trace_var)
-        coef = b * phi  # E[z_k w_k] of the previous sweep
-        old = coef[:, None] * mean
-        # the carry is the residual r_l = o - Σ_{k≠l} b_k E[w_k] μ_k seen by the current slot; it
-        # leaves the slot with the next slot's old contribution added back (`old_next`), so the
-        # loop never materialises r and μ as separate kernels
-        first = -1 if reverse else 0
-        resid = obs - coef @ mean + old[first]
-        zero = jnp.zeros_like(old[:1])
-        old_next = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
-
-        emit = update or born is not None  # the features change: the loop emits them
-
-        def slot(r, x):
-            next_l, a_l, g_l, tv_l, logit = x[:5]
-            mu = a_l + g_l * r
-            if born is not None:
-                kl_l, born_l, mu0_l, var0_l = x[5:]
-                shift = mu - mu0_l
-                logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
-            if fa:
-                lam_mu = lam * mu
-                data = jnp.sum(lam_mu * r)
-                second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
-                # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
-                m0, v0 = self.spec.weight_loc, self.spec.weight_var
-                w_var_l = 1.0 / (1.0 / v0 + second)
-                phi_l = w_var_l * (m0 / v0 + data)
-                kl_w = normal_kl(phi_l, w_var_l, m0, v0)
-                logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
-                b_new = jax.nn.sigmoid(logit)
-                scalars = [b_new, phi_l, w_var_l]
-                coef_l = b_new * phi_l
-            else:  # ϕ = 1, Φ = 0: one reduction, μᵀΛr - (μᵀΛμ + tr ΛΣ) / 2
-                logit = logit + jnp.sum(lam * mu * (r - 0.5 * mu)) - 0.5 * tv_l
-                b_new = jax.nn.sigmoid(logit)
-                scalars = [b_new]
-                coef_l = b_new
-            # one output array per slot: with several, XLA on CPU copies the (K, D) one per slot
-            out = jnp.stack(scalars) if not emit else jnp.concatenate([jnp.stack(scalars), mu])
-            return r - coef_l * mu + next_l, out
-
-        xs = (old_next, a, g, trace_var, prior_logit)
-        if born is not None:
-            xs += (kl_const, born_f, mu0, var0)
-        out = lax.scan(slot, resid, xs, reverse=reverse)[1]
-        b = out[:, 0]
-        if fa:
-            phi, w_var = out[:, 1], out[:, 2]
-        if not emit:
-            return b, mu0, var_s, phi, w_var
-        return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
-
-    def _fit_generic(self, state, obs, q, prior_logit, *, update_features):
-        """Newton / delta-method coordinate ascent on the model's own log-likelihood.
-
-        Each Newton step is safeguarded (see the module docstring): a gradient or curvature that
-        is not finite counts as zero, and the step is halved until the slot's objective
-        (weighted log-likelihood plus log prior) does not decrease, or dropped.
-        """
-        mu0, var0, S = state.mean, state.var, state.running_sum
-        capacity = mu0.shape[0]
-
-        def loglik(z, a, o):  # in the working dtype (a model's constants may promote it)
-            return self.spec.row_log_likelihood(z, a, o).astype(self.dtype)
-
-        born = self._born(state)  # slots scored with the feature integrated out (or None)
-        # rounding allowance of the "does not decrease" test: an exact Newton step (Gaussian
-        # likelihood) lands on the maximum, where the objective agrees to a few ulps
-        slack = 16 * jnp.finfo(self.dtype).eps
-
-        def slot(i, carry, reverse):
-            b, mean, var = carry
-            l = capacity - 1 - i if reverse else i
-            z1 = b.at[l].set(1.0)
-
-            def f(a_l):
-                return loglik(z1, mean.at[l].set(a_l), obs)
-
-            def grad_and_curv(a_l):
-                g, hv = jax.jvp(jax.grad(f), (a_l,), (jnp.ones_like(a_l),))
-                ok = jnp.isfinite(g) & jnp.isfinite(hv)
-                # diagonal curvature (factorised likelihood), floored at 0: the step's variance
-                # stays below the prior's; a non-finite entry contributes nothing
-                return jnp.where(ok, g, 0.0), jnp.where(ok, jnp.maximum(-hv, 0.0), 0.0)
-
-            mu_l, mu0_l, var0_l = mean[l], mu0[l], var0[l]
-            born_l = jnp.zeros((), bool) if born is None else born[l, 0]
-            weight = jnp.where(born_l, 1.0, b[l])
-
-            def objective(a_l):  # the slot's share of the per-observation objective
-                fit = jnp.where(weight > 0, weight * f(a_l), 0.0)
-                return fit - 0.5 * jnp.sum((a_l - mu0_l) ** 2 / var0_l)
-
-            def newton(mu_l):
-                g, h = grad_and_curv(mu_l)
-                var_l = 1.0 / (1.0 / var0_l + weight * h)
-                step = var_l * (weight * g - (mu_l - mu0_l) / var0_l)
-                start = objective(mu_l)
-                floor = start - slack * (1.0 + jnp.abs(start))
-
-                def worse(c):  # NaN and -inf are worse than anything
-                    return ~(c[2] >= floor) & (c[0] < MAX_HALVINGS)
-
-                def halve(c):
-                    t = 0.5 * c[1]
-                    return c[0] + 1, t, objective(mu_l + t * step)
-
-                one = jnp.ones((), step.dtype)
-                _, t, value = lax.while_loop(worse, halve, (0, one, objective(mu_l + step)))
-                return mu_l + jnp.where(value >= floor, t, 0.0) * step, var_l
-
-            if update_features or born is not None:
-                for _ in range(self.newton_steps):
-                    mu_l, var_l = newton(mu_l)
-                if self.ossify:  # born: see _commit
-                    mu_l = _ossify(b[l], S[l], mu_l, mu0_l, ~born_l)
-                    var_l = _ossify(b[l], S[l], var_l, var0_l, ~born_l)
-                _, h = grad_and_curv(mu_l)
-            else:
-                var_l = var0_l
-                _, h = grad_and_curv(mu_l)
-            mean = mean.at[l].set(mu_l)
-            f1 = f(mu_l) - 0.5 * jnp.sum(h * var_l)  # E_q(A_l) log p(o | z_l = 1) to 2nd order
-            f0 = loglik(b.at[l].set(0.0), mean, obs)
-            logit = prior_logit[l] + f1 - f0
-            if born is not None:  # KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰))
-                kl = jnp.sum(normal_kl(mu_l, var_l, mu0_l, var0_l))
-                logit = logit - jnp.where(born_l, kl, 0.0)
-            # both indicator values impossible (-inf - -inf): no evidence, keep the prior's
-            logit = jnp.where(jnp.isnan(logit), prior_logit[l], logit)
-            b = b.at[l].set(jax.nn.sigmoid(logit))
-            return b, mean, var.at[l].set(var_l)
-
-        carry = (q, mu0, var0)
-        for step in range(self.num_steps_):
-            body = functools.partial(slot, reverse=step % 2 == 1)
-            carry = lax.fori_loop(0, capacity, body, carry)
-        b, mean, var = carry
-        if update_features and born is not None:
-            mean1, var1 = self._commit(state, b, mean, var)
-            mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
-        return b, mean, var, None
-
-    def _elbo(self, state, obs, q, b, local):
-        """ELBO of ``o_n`` under the prior features ``q(A | o_<n)`` and the fitted ``b`` (, w)."""
-        mu0, var0 = state.mean, state.var
-        kl = jnp.sum(bernoulli_kl(b, q))
-        if self.kind == "generic":
-            return self.spec.row_log_likelihood(b, mu0, obs) - kl
-        lam = self._noise_prec
-        if local is None:
-            phi, ew2 = jnp.ones_like(b), jnp.ones_like(b)
-        else:
-            phi, w_var = local
-            ew2 = phi**2 + w_var
-            m0, v0 = self.spec.weight_loc, self.spec.weight_var
-            kl_w = normal_kl(phi, w_var, m0, v0)
-            kl = kl + jnp.sum(b * kl_w)  # q(w_k | z_k = 0) is the prior
-        mean = (b * phi) @ mu0
-        spread = (b * ew2) @ (mu0**2 + var0) - (b * phi) ** 2 @ mu0**2
-        quad = jnp.sum(lam * ((obs - mean) ** 2 + spread))
-        ll = -0.5 * quad + 0.5 * jnp.sum(jnp.log(lam / (2 * jnp.pi)))
-        return ll - kl
 
     # ------------------------------------------------------------------ running a stream
     def run(

@@ -14,7 +14,9 @@ state`` and a pure, jittable ``update(state, obs) -> (state, info)`` for ONE obs
   ``jit`` when the state fills up (the chunk is re-run from its start with the larger capacity)
   or a loud warning when the user fixed the capacity;
 * :func:`save` / :func:`load` write and read a state as ``.npz`` (no pickle) with a record of the
-  engine that wrote it, so that a stream resumes bit-for-bit, and only in an engine it fits;
+  engine that wrote it, so that a stream resumes bit-for-bit, and only in an engine it fits
+  (defined, with :func:`read_checkpoint`, :func:`resume_arguments`, :func:`check_model_summary`
+  and :class:`NotStorable`, in :mod:`numpyro_bnp.infer._checkpoint` and re-exported here);
 * :class:`StreamingResult` holds the final state and the per-step traces; it exports to ArviZ
   (posterior draws as ``(chain, draw, ...)``, the traces in a ``stream`` group over ``time``),
   draws model-shaped samples for :class:`numpyro.infer.Predictive`, and pickles;
@@ -22,15 +24,12 @@ state`` and a pure, jittable ``update(state, obs) -> (state, info)`` for ONE obs
   traced for one row) and :func:`read_checkpoint` reads a checkpoint's record (the engine's
   options and the model arguments) without an engine, so that an engine can be rebuilt from it.
 
-What the loop needs from an engine besides ``update`` is the :class:`StreamingEngine` protocol.
+What the loop needs from an engine besides ``update`` is the :class:`StreamingEngine` protocol
+(defined in :mod:`numpyro_bnp.infer._streaming_engine`, re-exported here).
 """
 
 import inspect
-import json
-import os
 import warnings
-import zipfile
-from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +38,15 @@ from jax import lax
 
 from numpyro_bnp import arviz_compat
 from numpyro_bnp._checks import observed_array, positive_int, prng_key
+from numpyro_bnp.infer._checkpoint import (
+    NotStorable,
+    check_model_summary,
+    load,
+    read_checkpoint,
+    resume_arguments,
+    save,
+)
+from numpyro_bnp.infer._streaming_engine import StreamingEngine, check_engine
 
 __all__ = [
     "BadBatchError",
@@ -56,96 +64,6 @@ __all__ = [
     "run",
     "save",
 ]
-
-CHECKPOINT_FORMAT = "numpyro_bnp streaming checkpoint 1"
-
-
-class StreamingEngine(Protocol):
-    """What :func:`run`, :func:`save`, :func:`load` and :class:`StreamingResult` ask of an engine.
-
-    The attributes are read after the engine has been set up (``init``):
-
-    :ivar int dim: size ``D`` of one observation.
-    :ivar dtype: floating dtype of the state and of the observations.
-    :ivar str kind: the model variant a state belongs to (recorded in checkpoints; a state of one
-        kind does not resume in an engine of another).
-    :ivar state_type: the state's ``NamedTuple`` class.
-    :ivar str progress_key: the info field shown in the progress bar ...
-    :ivar str progress_label: ... under this label (e.g. ``"features"``, ``"clusters"``).
-    :ivar str capacity_option: the engine's option that fixes the capacity (named in the
-        truncation warning), e.g. ``"max_features"``.
-
-    Optional, for checkpoints that rebuild the engine (:func:`save`, :func:`read_checkpoint`):
-
-    :ivar dict options: the engine's options (JSON-storable values).
-    :ivar tuple model_args: positional model arguments the engine was set up with.
-    :ivar dict model_kwargs: keyword model arguments the engine was set up with.
-    :ivar tuple model_summary: strings that describe the traced model (one per site).
-    """
-
-    dim: int
-    dtype: Any
-    kind: str
-    state_type: type
-    progress_key: str
-    progress_label: str
-    capacity_option: str
-
-    def check_batch(self, batch, name: str = "batch") -> np.ndarray:
-        """Validate a batch on the host; return it as ``(n, dim)`` of ``dtype`` (or raise)."""
-
-    def check_state(self, state, name: str = "state") -> None:
-        """Raise ``TypeError``/``ValueError`` naming the field when ``state`` cannot resume here."""
-
-    def scan_chunk(self, state, chunk, valid):
-        """``(state, infos)`` after the valid rows of ``chunk`` (see :func:`chunk_scanner`)."""
-
-    def capacity(self, state) -> int:
-        """The state's capacity (slots, clusters)."""
-
-    def grow(self, state, capacity: int):
-        """``state`` with its capacity raised to ``capacity`` (outside ``jit``)."""
-
-    def truncated(self, state) -> bool:
-        """Whether the state's capacity is too small (the chunk is re-run after :meth:`grow`)."""
-
-    def num_seen(self, state) -> int:
-        """Observations absorbed by ``state``."""
-
-    def posterior_draws(self, rng_key, state, num_draws: int, obs=None):
-        """``(draws, dims, coords)`` for :meth:`StreamingResult.to_arviz`: ``num_draws``
-        independent draws of each latent site (leading axis), with rows-dependent sites (e.g.
-        the IBP matrix) for the rows ``obs`` when given."""
-
-    def posterior_samples(self, rng_key, state, num_samples: int, num_obs=None, obs=None):
-        """Samples keyed by the model's site names for :class:`numpyro.infer.Predictive`."""
-
-
-_ENGINE_MEMBERS = (
-    "dim",
-    "dtype",
-    "kind",
-    "state_type",
-    "progress_key",
-    "progress_label",
-    "capacity_option",
-    "check_batch",
-    "check_state",
-    "scan_chunk",
-    "capacity",
-    "grow",
-    "truncated",
-    "num_seen",
-)
-
-
-def _check_engine(engine):
-    missing = [m for m in _ENGINE_MEMBERS if not hasattr(engine, m)]
-    if missing:
-        raise TypeError(
-            f"engine must follow the StreamingEngine protocol (set up by its init); "
-            f"{type(engine).__name__} lacks {missing}"
-        )
 
 
 class BadBatchError(ValueError):
@@ -299,7 +217,7 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
     """
     from tqdm.auto import tqdm
 
-    _check_engine(engine)
+    check_engine(engine)
     chunk_size = positive_int(chunk_size, "chunk_size")
     trace_every = positive_int(trace_every, "trace_every")
     total = data.shape[0] if hasattr(data, "shape") and len(data.shape) == 2 else None
@@ -384,317 +302,6 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
             state = process(state, pending)
             bar.update(len(pending))
     return (state, *traces.stack())
-
-
-def _library_version():
-    from numpyro_bnp import __version__
-
-    return __version__
-
-
-class NotStorable:
-    """Stands, in a record read by :func:`read_checkpoint`, for a model argument that
-    :func:`save` could not store (a function, a distribution, ...): pass it again."""
-
-    def __init__(self, what):
-        self.what = what
-
-    def __repr__(self):
-        return f"NotStorable({self.what!r})"
-
-
-def _encode(value, arrays, where):
-    """``value`` as JSON-ready data; arrays go to ``arrays`` (npz) under a reference."""
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, np.generic):
-        return value
-    if isinstance(value, np.ndarray | np.generic | jax.Array):
-        arr = np.asarray(value)
-        if arr.dtype.kind in "biufc":
-            name = f"__arg{len(arrays)}__"
-            arrays[name] = arr
-            return {"__array__": name}
-    elif isinstance(value, list | tuple):
-        items = [_encode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
-        return {"__tuple__": items} if isinstance(value, tuple) else items
-    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"__dict__": {k: _encode(v, arrays, f"{where}[{k!r}]") for k, v in value.items()}}
-    return {"__not_storable__": f"{where}: {type(value).__name__}"}
-
-
-def _decode(data, arrays):
-    if isinstance(data, list):
-        return [_decode(v, arrays) for v in data]
-    if isinstance(data, dict):
-        if "__array__" in data:
-            return arrays[data["__array__"]]
-        if "__tuple__" in data:
-            return tuple(_decode(v, arrays) for v in data["__tuple__"])
-        if "__dict__" in data:
-            return {k: _decode(v, arrays) for k, v in data["__dict__"].items()}
-        if "__not_storable__" in data:
-            return NotStorable(data["__not_storable__"])
-    return data
-
-
-def save(path, state, engine):
-    """Write ``state`` to exactly ``path`` as ``.npz`` (arrays and strings only, no pickle).
-
-    Besides the state's fields the file records the format, the state's type, the engine's class
-    name, its ``kind``, the state's capacity, the engine's dtype and the library version, which
-    :func:`load` checks against the engine that resumes the stream; and, when the engine has them
-    (see :class:`StreamingEngine`), its ``options``, the ``model_args`` / ``model_kwargs`` it
-    was set up with and its ``model_summary``, from which :func:`read_checkpoint` lets the
-    engine be rebuilt. Model arguments are stored as JSON (``None``, booleans, numbers,
-    strings, lists, tuples, dicts with string keys) and numeric arrays as ``.npz`` entries; any
-    other value (a function, a distribution, ...) is recorded as :class:`NotStorable` under its
-    name and type, and must be passed again when the engine is rebuilt. The file is written
-    under a temporary name and then renamed, so an interrupted save never leaves a truncated
-    checkpoint.
-
-    :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``, or when the
-        engine's options are not JSON-storable.
-    """
-    _check_engine(engine)
-    engine.check_state(state, name="state")
-    path = os.fspath(path)
-    arrays = {name: np.asarray(value) for name, value in state._asdict().items()}
-    meta = {
-        "__format__": CHECKPOINT_FORMAT,
-        "__state_type__": type(state).__name__,
-        "__engine__": type(engine).__name__,
-        "__kind__": str(engine.kind),
-        "__capacity__": int(engine.capacity(state)),
-        "__dtype__": np.dtype(engine.dtype).name,
-        "__version__": _library_version(),
-    }
-    if getattr(engine, "options", None) is not None:
-        try:
-            meta["__options__"] = json.dumps(engine.options, sort_keys=True)
-        except TypeError as err:
-            raise TypeError(
-                f"{type(engine).__name__}.options must be JSON-storable: {err}"
-            ) from None
-    if getattr(engine, "model_kwargs", None) is not None:
-        args_arrays = {}
-        model = {
-            "args": _encode(tuple(engine.model_args), args_arrays, "model_args"),
-            "kwargs": {
-                k: _encode(v, args_arrays, f"model_kwargs[{k!r}]")
-                for k, v in dict(engine.model_kwargs).items()
-            },
-        }
-        meta["__model__"] = json.dumps(model)
-        meta["__model_summary__"] = json.dumps(list(getattr(engine, "model_summary", ())))
-        arrays.update(args_arrays)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as file:
-        np.savez(file, **{k: np.asarray(v) for k, v in meta.items()}, **arrays)
-    os.replace(tmp, path)
-
-
-def _not_a_checkpoint(path, why):
-    return ValueError(f"{path} is not a numpyro_bnp checkpoint ({why})")
-
-
-def _read(path):
-    """The contents of a checkpoint file as a dict of arrays, its format checked."""
-    path = os.fspath(path)
-    if os.path.isfile(path) and os.path.getsize(path) == 0:
-        raise _not_a_checkpoint(path, "the file is empty")
-    try:
-        saved = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
-        raise _not_a_checkpoint(path, f"unreadable: {err}") from None
-    if not isinstance(saved, np.lib.npyio.NpzFile):
-        raise _not_a_checkpoint(path, "a single array, not an .npz archive")
-    try:
-        with saved:
-            contents = {name: saved[name] for name in saved.files}
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError, ValueError) as err:
-        raise _not_a_checkpoint(path, f"unreadable: {err}") from None
-    keys = ("format", "state_type", "engine", "kind", "capacity", "dtype", "version")
-    if any(f"__{key}__" not in contents for key in keys):
-        raise _not_a_checkpoint(path, "no checkpoint record")
-    if str(contents["__format__"]) != CHECKPOINT_FORMAT:
-        raise _not_a_checkpoint(path, f"unknown format {str(contents['__format__'])!r}")
-    return contents
-
-
-def read_checkpoint(path):
-    """The record of a checkpoint written by :func:`save`, without an engine.
-
-    :return: a dict with ``engine``, ``kind``, ``state_type``, ``dtype``, ``capacity`` and
-        ``version`` (strings and an int), and, where the engine recorded them, ``options``
-        (a dict), ``model_args`` (a tuple), ``model_kwargs`` (a dict; a value that could not be
-        stored is :class:`NotStorable`) and ``model_summary`` (a tuple of strings); ``None``
-        for those an engine did not record.
-    :raises ValueError: when ``path`` is not a numpyro_bnp checkpoint.
-    """
-    contents = _read(path)
-    record = {key: str(contents[f"__{key}__"]) for key in ("engine", "kind", "state_type")}
-    record.update(
-        dtype=str(contents["__dtype__"]),
-        capacity=int(contents["__capacity__"]),
-        version=str(contents["__version__"]),
-        options=None,
-        model_args=None,
-        model_kwargs=None,
-        model_summary=None,
-    )
-    if "__options__" in contents:
-        record["options"] = json.loads(str(contents["__options__"]))
-    if "__model__" in contents:
-        model = json.loads(str(contents["__model__"]))
-        record["model_args"] = _decode(model["args"], contents)
-        record["model_kwargs"] = {k: _decode(v, contents) for k, v in model["kwargs"].items()}
-        record["model_summary"] = tuple(json.loads(str(contents["__model_summary__"])))
-    return record
-
-
-def load(path, engine):
-    """Read a state written by :func:`save`, for ``engine`` to resume the stream.
-
-    ``engine`` must be set up for the model of the stream (e.g. by its ``init``). The file's
-    record must match it (engine class, model kind, dtype), and the state must pass
-    ``engine.check_state`` (field types, shapes, dtypes, finiteness, ranges, capacity). Arrays
-    come back with their saved dtypes, so a resumed stream continues bit-for-bit.
-
-    :raises ValueError: when ``path`` is not a numpyro_bnp checkpoint (empty, truncated, not an
-        ``.npz``) or does not fit ``engine`` (the message names the field).
-    """
-    if isinstance(engine, type):
-        raise TypeError(
-            "engine must be the engine that resumes the stream (set up for its model), "
-            f"got the class {engine.__name__}"
-        )
-    _check_engine(engine)
-    path = os.fspath(path)
-    contents = _read(path)
-    record = {key: str(contents[f"__{key}__"]) for key in ("state_type", "engine", "kind")}
-    state_type = engine.state_type
-    expected = {
-        "state_type": state_type.__name__,
-        "engine": type(engine).__name__,
-        "kind": str(engine.kind),
-    }
-    for key, want in expected.items():
-        if record[key] != want:
-            raise ValueError(f"{path} holds a {key} {record[key]!r}, expected {want!r}")
-    dtype = str(contents["__dtype__"])
-    if dtype != np.dtype(engine.dtype).name:
-        raise ValueError(
-            f"{path} holds a {dtype} state, expected {np.dtype(engine.dtype).name} (set the "
-            "engine's dtype to the checkpoint's)"
-        )
-    missing = [f for f in state_type._fields if f not in contents]
-    if missing:
-        raise ValueError(f"{path} lacks the state fields {missing}")
-    state = state_type(**{f: jnp.asarray(contents[f]) for f in state_type._fields})
-    engine.check_state(state, name=f"{path}: state")
-    capacity = int(contents["__capacity__"])
-    if capacity != engine.capacity(state):
-        raise ValueError(
-            f"{path} records a capacity of {capacity} but holds {engine.capacity(state)} slots"
-        )
-    return state
-
-
-def _same(a, b):
-    """Whether two model arguments are the same value (numbers compared by value and shape)."""
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
-        return type(a) is type(b) and a == b
-    try:
-        x, y = np.asarray(a), np.asarray(b)
-    except Exception:
-        return False
-    if x.dtype.kind not in "biufc" or y.dtype.kind not in "biufc":
-        return False
-    return x.shape == y.shape and bool(np.array_equal(x, y))
-
-
-def resume_arguments(record, model_args=(), model_kwargs=None, *, path="the checkpoint"):
-    """The model arguments to rebuild an engine from a checkpoint's ``record``.
-
-    The stored arguments are used; arguments passed here must equal them (an argument passed
-    with another value raises, it is never silently preferred), except those recorded as
-    :class:`NotStorable`, which must be passed here. A keyword the checkpoint's model was not
-    given is refused too (it could change the model).
-
-    :param record: from :func:`read_checkpoint`.
-    :return: ``(model_args, model_kwargs)``.
-    :raises ValueError: on a mismatch, a missing argument, or a checkpoint without a record of
-        its model arguments.
-    """
-    model_kwargs = dict(model_kwargs or {})
-    if record["model_kwargs"] is None:
-        raise ValueError(
-            f"{path} does not record the model arguments (written by an older version); build "
-            "the engine with its options and read the state with its load method"
-        )
-    stored_args, stored_kwargs = tuple(record["model_args"]), dict(record["model_kwargs"])
-    if model_args:
-        if len(model_args) != len(stored_args):
-            raise ValueError(
-                f"{len(model_args)} positional model arguments passed, {path} records "
-                f"{len(stored_args)}"
-            )
-        for i, (given, stored) in enumerate(zip(model_args, stored_args, strict=True)):
-            if not isinstance(stored, NotStorable) and not _same(given, stored):
-                raise ValueError(
-                    f"model argument {i} = {given!r} differs from the one recorded in {path} "
-                    f"({stored!r}); the state was computed for the recorded model"
-                )
-        args = tuple(model_args)
-    else:
-        args = stored_args
-    for key, given in model_kwargs.items():
-        if key not in stored_kwargs:
-            raise ValueError(
-                f"model argument {key}={given!r} was not given to the model of {path} (it "
-                f"recorded {sorted(stored_kwargs)}); the state was computed for that model"
-            )
-        stored = stored_kwargs[key]
-        if not isinstance(stored, NotStorable) and not _same(given, stored):
-            raise ValueError(
-                f"model argument {key}={given!r} differs from the one recorded in {path} "
-                f"({key}={stored!r}); the state was computed for the recorded model"
-            )
-    kwargs = {**stored_kwargs, **model_kwargs}
-    missing = [v.what for v in args if isinstance(v, NotStorable)] + [
-        v.what for v in kwargs.values() if isinstance(v, NotStorable)
-    ]
-    if missing:
-        raise ValueError(
-            f"the model arguments {missing} could not be stored in {path} (only numbers, "
-            "strings, None, numeric arrays and lists, tuples and dicts of them are); pass them "
-            "again"
-        )
-    return args, kwargs
-
-
-def check_model_summary(record, engine, *, path="the checkpoint"):
-    """Raise ``ValueError`` when the model ``engine`` traced is not the checkpoint's.
-
-    Compares ``engine.model_summary`` (one line per site: name, distribution, shape) with the
-    one recorded by :func:`save`.
-    """
-    recorded = record["model_summary"]
-    if recorded is None:
-        return
-    traced = tuple(engine.model_summary)
-    if traced != tuple(recorded):
-        raise ValueError(
-            f"the model does not match the one {path} was written for: its sites are "
-            f"{'; '.join(traced)}, the checkpoint recorded {'; '.join(recorded)}"
-        )
 
 
 def model_arguments(model, model_args, model_kwargs, *, num_obs=1):

@@ -1,0 +1,416 @@
+r"""The per-observation update of the R-IBP filter: coordinate ascent, existence, retiring.
+
+Functions of a set-up :class:`~numpyro_bnp.infer.RIBPFilter` ``filt`` (its model read by
+``init``; they read its fixed options and the read model ``filt.spec``) and a state.
+:meth:`RIBPFilter.update` fits the observation with :func:`fit`, scores it with :func:`elbo`,
+freezes the fitted ``b_n`` into the running statistics with :func:`absorb` and then calls
+:func:`retire_holes`; the read-outs (:mod:`numpyro_bnp.infer._ribp_predictive`) fit rows with
+:func:`fit` with the features held fixed. Equations refer to Schaeffer, Du, Liu & Fiete,
+*Streaming Inference for Infinite Feature Models*, ICML 2022.
+
+**Existence probabilities (a correction to the paper).** Eq. 5 needs the number of features
+created so far, ``Λ_{n-1} ≈ Poisson(ρ_{n-1})`` with ``ρ = Σ_k e_k``. The paper (App. A) takes
+``e_k = 1 - Π_{n'} (1 - b_{n'k})``, as if the ``z_{n'k}`` were independent; they are not (a dish is
+taken again only once it exists), and with no data this ``ρ_n`` differs from ``E[Λ_n] = α H^β_n``,
+so the filter's prior drifts from the exact IBP marginals (by 0.22 at α = 10.78, β = 5.6, n = 5).
+The prior ``q_{nk} = S_{n-1,k}/(β+n-1) + c_{nk}`` is a sum of two exclusive events, taking an
+existing dish or creating dish ``k`` now (``c_{nk}``, the Poisson-CDF term), so the filter adds to
+``e_k`` the posterior probability that observation ``n`` *created* dish ``k``,
+``b_{nk} c_{nk} / q_{nk}`` (capped at 1). With no data this is exact: ``e_k = P(Λ_n >= k)``,
+``ρ_n = E[Λ_n]`` and the filter reproduces :meth:`RecursiveIBP.marginals` to rounding.
+
+**Coordinate ascent.** Each coordinate-ascent step is one sweep over the slots (forward on even
+steps, backward on odd steps, as in the authors' code) that updates feature ``l`` — Eqs. 10-11
+against the prior frozen at the start of the observation, then the *ossification* average with
+weights ``b_nl`` (new) and ``S_{n-1,l}`` (old) — and then ``b_nl``, carrying only the D-vector
+residual ``o_n - Σ_{k≠l} b_k E[w_k] μ_k`` from slot to slot. Factor analysis then updates the
+weights. Everything that does not depend on the residual (the feature's mean is affine in it,
+``μ_l = a_l + g_l ⊙ r_l``) is computed for all slots before the sequential loop, which emits one
+array per slot, ``(b_l, [ϕ_l, Φ_l,] μ_l)``: with XLA on CPU a scalar and a vector output would
+copy the whole ``(K, D)`` output buffer at every slot.
+
+**Feature update.** ``feature_update="paper"`` (default) is the paper's Eqs. 10-11: each
+feature moves by ``b`` times its data term and ``b`` is scored against that feature. For an unborn
+slot that feature is the prior ``N(μ⁰, Σ⁰)``, whose expected log-likelihood carries the penalty
+``tr(ΛΣ⁰)/2`` (100 nats at D = 50, σ_A = 1, σ_o = 0.5), so births need a large prior ``b`` and
+stop once the creation mass ``αβ/(β+n-1)`` falls below about 0.1-0.3: the count stalls after a
+few dozen observations whatever the data say. ``"birth"`` (experimental, a change to the paper)
+scores the unborn slots (existence below ``retire_threshold``) with their feature *given*
+``z_l = 1`` minus its KL from the prior — for a Gaussian likelihood the exact log Bayes factor of
+a new feature with the feature integrated out — and commits the moments of
+``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``; born features follow the paper's update. It keeps the count
+growing and improves the held-out predictive, but over-counts when rows hold many features (the
+greedy features are blends that rarely recur, see ``docs/ribp.md``). ``"collapsed"``
+(experimental) does the same for every slot, existing features included and not ossified; it
+under-counts even more.
+
+**Newton safeguard** (the generic path, :func:`fit_generic`). A full Newton step can overshoot
+far when the likelihood's curvature grows along the step: for counts ``~ Poisson(200)`` under a
+log link (``D = 5``, ``α = 3``, ``σ_A = 1``) the first step from the prior (rate ``e⁰ = 1``,
+gradient ``≈ 199`` per entry) lands near a log-rate of 97, ``e^97`` is infinite in float32, and
+the unguarded filter's whole state was NaN from the first row on, without a warning. So each step
+is safeguarded: a gradient or curvature entry that is not finite counts as zero, the curvature is
+floored at 0 (the step's variance never exceeds the prior's), and the step is halved, at most
+``MAX_HALVINGS`` times and else dropped, until the slot's objective (its weighted log-likelihood
+plus the log prior of its feature) does not decrease, up to rounding. On those counts the filter
+then fits (the plug-in rate is within 1 % of the data mean); on a linear-Gaussian model the full
+step lands on the maximum, is always taken, and the path still equals the closed form.
+
+**Retiring features.** A slot whose existence probability is below ``retire_threshold`` while a
+later slot's is above it is a *hole*: the prior indexes features by creation order, so a hole
+would keep absorbing creation mass meant for the next new feature and waste capacity. After each
+observation holes are reset to the prior and moved behind the live slots (the live slots keep
+their order). Slots beyond the frontier stay in reserve for new features.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from numpyro_bnp._math import bernoulli_kl, normal_kl, poisson_interval_probs
+
+MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
+
+
+def ossify(b, running_sum, new, old, keep=True):
+    """The ossification average (paper App. B.2): ``(b new + S old) / (b + S)``.
+
+    ``b`` is the observation's probability of using the slot, ``S`` the slot's running sum
+    ``Σ_{n'} b_{n'}``, ``new`` the slot's update from this observation and ``old`` its value
+    before; where ``b + S = 0`` or ``keep`` is False, ``new`` is returned. Broadcasts.
+    """
+    total = b + running_sum
+    keep = keep & (total > 0)
+    share = jnp.where(keep, b / jnp.where(keep, total, 1.0), 1.0)
+    return old + share * (new - old)
+
+
+def fit(filt, state, obs, q, prior_logit, *, update_features):
+    """Fit one observation ``obs`` ``(D,)`` against the clipped prior ``q`` ``(K,)``.
+
+    :func:`fit_generic` for the generic path, else :func:`fit_closed_form`; ``prior_logit`` is
+    ``logit(q)``. With ``update_features`` False the features are held fixed (the read-outs).
+
+    :return: ``(b, mean, var, local)``: ``b`` ``(K,)``, the features' means and variances
+        ``(K, D)``, and for factor analysis the weights' ``(ϕ, Φ)`` given ``z = 1`` (``None``
+        otherwise).
+    """
+    fit_kind = fit_generic if filt.kind == "generic" else fit_closed_form
+    return fit_kind(filt, state, obs, q, prior_logit, update_features=update_features)
+
+
+def absorb(filt, state, q, b):
+    """Freeze the fitted ``b`` ``(K,)`` of observation ``n`` into the running statistics.
+
+    ``q`` ``(K,)`` is the clipped filtering prior the observation was fitted against. The
+    existence probabilities get the posterior probability that observation ``n`` created each
+    feature (see the module docstring).
+
+    :return: ``(running_sum, existence, num_seen, truncation, beyond)``: the state's fields after
+        the observation (``truncation`` is the largest ``beyond`` so far) and ``beyond``, the prior
+        mass of features beyond the capacity ``K`` at this step.
+    """
+    dt = filt.dtype
+    eps = jnp.finfo(dt).eps
+    # existence: add the posterior probability that THIS observation created feature k, b
+    # times the creation share of its prior, q = S/(β+n-1) [take] + P(created now) [create]
+    denom = filt._ibp.beta + state.num_seen.astype(dt)
+    created_share = jnp.clip(1.0 - state.running_sum / denom / q, 0.0, 1.0)
+    existence = jnp.minimum(state.existence + b * created_share, 1.0 - eps)
+    running_sum = state.running_sum + b
+    num_seen = state.num_seen + 1
+    rate = jnp.sum(state.existence)
+    new_rate = filt._ibp.alpha * filt._ibp.beta / denom
+    capacity = state.mean.shape[0]
+    # P(Pois(ρ_{n-1} + αβ/(β+n-1)) > K): prior mass of features the slots cannot hold
+    beyond = poisson_interval_probs(jnp.zeros_like(rate), rate + new_rate, capacity + 1)[-1]
+    truncation = jnp.maximum(state.truncation, beyond).astype(dt)
+    return running_sum, existence, num_seen, truncation, beyond
+
+
+def retire_holes(filt, state):
+    """``state`` with its holes reset to the prior and moved behind the live slots.
+
+    A hole is a slot whose existence probability is below ``retire_threshold`` while a later
+    slot's is above it (see the module docstring); the live slots keep their order.
+    """
+    exists = state.existence
+    later = lax.cummax(exists[::-1])[::-1]
+    later = jnp.concatenate([later[1:], jnp.zeros_like(later[:1])])
+    hole = (exists < filt.retire_threshold) & (later >= filt.retire_threshold)
+
+    def compact(state):
+        # the stable partition live-then-holes, without a sort: a sort keeps XLA from compiling
+        # the whole chunk loop into one CPU kernel (see numpyro_bnp.xla_cpu)
+        live = ~hole
+        slot = jnp.arange(hole.shape[0])
+        target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
+        order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
+        moved = hole[order][:, None]
+        fresh = filt._empty(filt.capacity(state))
+        mean, var, running_sum, existence = (
+            jnp.where(moved if f.ndim == 2 else moved[:, 0], z, f[order])
+            for f, z in zip(state[:4], fresh[:4], strict=True)
+        )
+        return state._replace(mean=mean, var=var, running_sum=running_sum, existence=existence)
+
+    return lax.cond(jnp.any(hole), compact, lambda s: s, state)
+
+
+def fit_closed_form(filt, state, obs, q, prior_logit, *, update_features):
+    """Coordinate ascent for the Gaussian likelihoods (paper App. B.2-B.3).
+
+    Returns ``b``, the features' means and variances, and for factor analysis the weights'
+    means ``ϕ`` and variances ``Φ`` given ``z = 1`` (``None`` otherwise).
+    """
+    mu0, var0 = state.mean, state.var
+    capacity = mu0.shape[0]
+    if filt.kind == "factor_analysis":
+        # weights start one prior standard deviation above their mean: this breaks the sign
+        # symmetry between w and A for a new feature (the authors' code draws them at random)
+        w_var = jnp.full(capacity, filt.spec.weight_var, filt.dtype)
+        phi = filt.spec.weight_loc + jnp.sqrt(w_var)
+    else:
+        w_var, phi = jnp.zeros(capacity, filt.dtype), jnp.ones(capacity, filt.dtype)
+    carry = (q, mu0, var0, phi, w_var)
+    for step in range(filt.num_steps_):
+        carry = sweep(filt, state, obs, prior_logit, carry, step % 2 == 1, update_features)
+    b, mean, var, phi, w_var = carry
+    born = born_slots(filt, state)
+    if update_features and born is not None:
+        mean1, var1 = commit(filt, state, b, mean, var)
+        mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
+    local = (phi, w_var) if filt.kind == "factor_analysis" else None
+    return b, mean, var, local
+
+
+def born_slots(filt, state):
+    """``(K, 1)`` mask of the slots scored with the feature integrated out, or ``None``.
+
+    ``"collapsed"``: every slot. ``"birth"``: the unborn slots, whose existence probability
+    is below ``retire_threshold`` (see the module docstring). ``"paper"``: none.
+    """
+    if filt.feature_update == "paper":
+        return None
+    if filt.feature_update == "collapsed":
+        return jnp.ones_like(state.existence, bool)[:, None]
+    return (state.existence < filt.retire_threshold)[:, None]
+
+
+def commit(filt, state, b, mean1, var1):
+    """Collapsed mode: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``, then ossified."""
+    mu0, var0, S = state.mean, state.var, state.running_sum
+    bc = b[:, None]
+    step = mean1 - mu0
+    mean = mu0 + bc * step
+    var = bc * var1 + (1.0 - bc) * var0 + bc * (1.0 - bc) * step * step
+    if filt.ossify:
+        Sc = S[:, None]
+        mean, var = ossify(bc, Sc, mean, mu0), ossify(bc, Sc, var, var0)
+    return mean, var
+
+
+def sweep(filt, state, obs, prior_logit, carry, reverse, update):
+    """One sweep over the slots, carrying only the D-vector residual; O(K D).
+
+    For slot ``l``: feature, then (factor analysis) its weight given ``z_l = 1``, then
+    ``b_l``. Everything that does not depend on the residual is computed for all slots at once
+    before the sequential scan: the feature's mean is affine in the residual ``r_l``,
+    ``μ_l = a_l + g_l ⊙ r_l``, with the weights ``b_l, ϕ_l`` of the previous sweep.
+
+    * ``paper``: Eqs. 10-11 (weighted by ``b_l``) against the frozen prior, then ossified;
+      the logit uses that feature.
+    * ``collapsed`` (every slot) and ``birth`` (the unborn slots, :func:`born_slots`): the
+      feature's posterior *given* ``z_l = 1`` (weight 1, not ossified); the logit gets its KL
+      from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes factor of
+      ``z_l = 1`` with the feature integrated out.
+    """
+    lam = filt._noise_prec
+    fa = filt.kind == "factor_analysis"
+    born = born_slots(filt, state)
+    b, mean, _, phi, w_var = carry
+    mu0, var0, S = state.mean, state.var, state.running_sum
+    if update or born is not None:
+        weight = b[:, None] if born is None else jnp.where(born, 1.0, b[:, None])
+        phic = phi[:, None]
+        var_s = 1.0 / (1.0 / var0 + weight * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
+        a, g = var_s * mu0 / var0, var_s * (weight * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
+        if filt.ossify:  # the average of affine maps r -> a + g r is affine (born: commit)
+            bc, Sc, keep = b[:, None], S[:, None], True if born is None else ~born
+            a, g = ossify(bc, Sc, a, mu0, keep), ossify(bc, Sc, g, 0.0, keep)
+            var_s = ossify(bc, Sc, var_s, var0, keep)
+    else:
+        a, g, var_s = mu0, jnp.zeros_like(mu0), var0
+    trace_var = var_s @ lam  # tr(Λ Σ_l)
+    if born is not None:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
+        kl_const = jnp.sum(normal_kl(mu0, var_s, mu0, var0), axis=-1)
+        born_f = born[:, 0].astype(kl_const.dtype)
+    else:
+        kl_const = born_f = jnp.zeros_like(trace_var)
+    coef = b * phi  # E[z_k w_k] of the previous sweep
+    old = coef[:, None] * mean
+    # the carry is the residual r_l = o - Σ_{k≠l} b_k E[w_k] μ_k seen by the current slot; it
+    # leaves the slot with the next slot's old contribution added back (`old_next`), so the
+    # loop never materialises r and μ as separate kernels
+    first = -1 if reverse else 0
+    resid = obs - coef @ mean + old[first]
+    zero = jnp.zeros_like(old[:1])
+    old_next = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
+
+    emit = update or born is not None  # the features change: the loop emits them
+
+    def slot(r, x):
+        next_l, a_l, g_l, tv_l, logit = x[:5]
+        mu = a_l + g_l * r
+        if born is not None:
+            kl_l, born_l, mu0_l, var0_l = x[5:]
+            shift = mu - mu0_l
+            logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
+        if fa:
+            lam_mu = lam * mu
+            data = jnp.sum(lam_mu * r)
+            second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
+            # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
+            m0, v0 = filt.spec.weight_loc, filt.spec.weight_var
+            w_var_l = 1.0 / (1.0 / v0 + second)
+            phi_l = w_var_l * (m0 / v0 + data)
+            kl_w = normal_kl(phi_l, w_var_l, m0, v0)
+            logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
+            b_new = jax.nn.sigmoid(logit)
+            scalars = [b_new, phi_l, w_var_l]
+            coef_l = b_new * phi_l
+        else:  # ϕ = 1, Φ = 0: one reduction, μᵀΛr - (μᵀΛμ + tr ΛΣ) / 2
+            logit = logit + jnp.sum(lam * mu * (r - 0.5 * mu)) - 0.5 * tv_l
+            b_new = jax.nn.sigmoid(logit)
+            scalars = [b_new]
+            coef_l = b_new
+        # one output array per slot: with several, XLA on CPU copies the (K, D) one per slot
+        out = jnp.stack(scalars) if not emit else jnp.concatenate([jnp.stack(scalars), mu])
+        return r - coef_l * mu + next_l, out
+
+    xs = (old_next, a, g, trace_var, prior_logit)
+    if born is not None:
+        xs += (kl_const, born_f, mu0, var0)
+    out = lax.scan(slot, resid, xs, reverse=reverse)[1]
+    b = out[:, 0]
+    if fa:
+        phi, w_var = out[:, 1], out[:, 2]
+    if not emit:
+        return b, mu0, var_s, phi, w_var
+    return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
+
+
+def fit_generic(filt, state, obs, q, prior_logit, *, update_features):
+    """Newton / delta-method coordinate ascent on the model's own log-likelihood.
+
+    Each Newton step is safeguarded (see the module docstring): a gradient or curvature that
+    is not finite counts as zero, and the step is halved until the slot's objective
+    (weighted log-likelihood plus log prior) does not decrease, or dropped.
+    """
+    mu0, var0, S = state.mean, state.var, state.running_sum
+    capacity = mu0.shape[0]
+
+    def loglik(z, a, o):  # in the working dtype (a model's constants may promote it)
+        return filt.spec.row_log_likelihood(z, a, o).astype(filt.dtype)
+
+    born = born_slots(filt, state)  # slots scored with the feature integrated out (or None)
+    # rounding allowance of the "does not decrease" test: an exact Newton step (Gaussian
+    # likelihood) lands on the maximum, where the objective agrees to a few ulps
+    slack = 16 * jnp.finfo(filt.dtype).eps
+
+    def slot(i, carry, reverse):
+        b, mean, var = carry
+        l = capacity - 1 - i if reverse else i
+        z1 = b.at[l].set(1.0)
+
+        def f(a_l):
+            return loglik(z1, mean.at[l].set(a_l), obs)
+
+        def grad_and_curv(a_l):
+            g, hv = jax.jvp(jax.grad(f), (a_l,), (jnp.ones_like(a_l),))
+            ok = jnp.isfinite(g) & jnp.isfinite(hv)
+            # diagonal curvature (factorised likelihood), floored at 0: the step's variance
+            # stays below the prior's; a non-finite entry contributes nothing
+            return jnp.where(ok, g, 0.0), jnp.where(ok, jnp.maximum(-hv, 0.0), 0.0)
+
+        mu_l, mu0_l, var0_l = mean[l], mu0[l], var0[l]
+        born_l = jnp.zeros((), bool) if born is None else born[l, 0]
+        weight = jnp.where(born_l, 1.0, b[l])
+
+        def objective(a_l):  # the slot's share of the per-observation objective
+            fit = jnp.where(weight > 0, weight * f(a_l), 0.0)
+            return fit - 0.5 * jnp.sum((a_l - mu0_l) ** 2 / var0_l)
+
+        def newton(mu_l):
+            g, h = grad_and_curv(mu_l)
+            var_l = 1.0 / (1.0 / var0_l + weight * h)
+            step = var_l * (weight * g - (mu_l - mu0_l) / var0_l)
+            start = objective(mu_l)
+            floor = start - slack * (1.0 + jnp.abs(start))
+
+            def worse(c):  # NaN and -inf are worse than anything
+                return ~(c[2] >= floor) & (c[0] < MAX_HALVINGS)
+
+            def halve(c):
+                t = 0.5 * c[1]
+                return c[0] + 1, t, objective(mu_l + t * step)
+
+            one = jnp.ones((), step.dtype)
+            _, t, value = lax.while_loop(worse, halve, (0, one, objective(mu_l + step)))
+            return mu_l + jnp.where(value >= floor, t, 0.0) * step, var_l
+
+        if update_features or born is not None:
+            for _ in range(filt.newton_steps):
+                mu_l, var_l = newton(mu_l)
+            if filt.ossify:  # born: see commit
+                mu_l = ossify(b[l], S[l], mu_l, mu0_l, ~born_l)
+                var_l = ossify(b[l], S[l], var_l, var0_l, ~born_l)
+            _, h = grad_and_curv(mu_l)
+        else:
+            var_l = var0_l
+            _, h = grad_and_curv(mu_l)
+        mean = mean.at[l].set(mu_l)
+        f1 = f(mu_l) - 0.5 * jnp.sum(h * var_l)  # E_q(A_l) log p(o | z_l = 1) to 2nd order
+        f0 = loglik(b.at[l].set(0.0), mean, obs)
+        logit = prior_logit[l] + f1 - f0
+        if born is not None:  # KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰))
+            kl = jnp.sum(normal_kl(mu_l, var_l, mu0_l, var0_l))
+            logit = logit - jnp.where(born_l, kl, 0.0)
+        # both indicator values impossible (-inf - -inf): no evidence, keep the prior's
+        logit = jnp.where(jnp.isnan(logit), prior_logit[l], logit)
+        b = b.at[l].set(jax.nn.sigmoid(logit))
+        return b, mean, var.at[l].set(var_l)
+
+    carry = (q, mu0, var0)
+    for step in range(filt.num_steps_):
+        body = functools.partial(slot, reverse=step % 2 == 1)
+        carry = lax.fori_loop(0, capacity, body, carry)
+    b, mean, var = carry
+    if update_features and born is not None:
+        mean1, var1 = commit(filt, state, b, mean, var)
+        mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
+    return b, mean, var, None
+
+
+def elbo(filt, state, obs, q, b, local):
+    """ELBO of ``o_n`` under the prior features ``q(A | o_<n)`` and the fitted ``b`` (, w)."""
+    mu0, var0 = state.mean, state.var
+    kl = jnp.sum(bernoulli_kl(b, q))
+    if filt.kind == "generic":
+        return filt.spec.row_log_likelihood(b, mu0, obs) - kl
+    lam = filt._noise_prec
+    if local is None:
+        phi, ew2 = jnp.ones_like(b), jnp.ones_like(b)
+    else:
+        phi, w_var = local
+        ew2 = phi**2 + w_var
+        m0, v0 = filt.spec.weight_loc, filt.spec.weight_var
+        kl_w = normal_kl(phi, w_var, m0, v0)
+        kl = kl + jnp.sum(b * kl_w)  # q(w_k | z_k = 0) is the prior
+    mean = (b * phi) @ mu0
+    spread = (b * ew2) @ (mu0**2 + var0) - (b * phi) ** 2 @ mu0**2
+    quad = jnp.sum(lam * ((obs - mean) ** 2 + spread))
+    ll = -0.5 * quad + 0.5 * jnp.sum(jnp.log(lam / (2 * jnp.pi)))
+    return ll - kl

@@ -1,0 +1,106 @@
+"""The protocol a streaming engine follows, and its check (see :mod:`numpyro_bnp.infer.streaming`).
+
+Besides ``init`` and the pure, jittable ``update(state, obs) -> (state, info)`` for one
+observation, an engine has the members of :class:`StreamingEngine`; :func:`check_engine` is
+called by the streaming loop and by the checkpoint functions
+(:mod:`numpyro_bnp.infer._checkpoint`) before they use one.
+"""
+
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class StreamingEngine(Protocol):
+    """What the streaming loop, the checkpoints and the results ask of an engine.
+
+    Read by :func:`~numpyro_bnp.infer.streaming.run`, :func:`~numpyro_bnp.infer.streaming.save`,
+    :func:`~numpyro_bnp.infer.streaming.load` and
+    :class:`~numpyro_bnp.infer.streaming.StreamingResult`.
+
+    The attributes are read after the engine has been set up (``init``):
+
+    :ivar int dim: size ``D`` of one observation.
+    :ivar dtype: floating dtype of the state and of the observations.
+    :ivar str kind: the model variant a state belongs to (recorded in checkpoints; a state of one
+        kind does not resume in an engine of another).
+    :ivar state_type: the state's ``NamedTuple`` class.
+    :ivar str progress_key: the info field shown in the progress bar ...
+    :ivar str progress_label: ... under this label (e.g. ``"features"``, ``"clusters"``).
+    :ivar str capacity_option: the engine's option that fixes the capacity (named in the
+        truncation warning), e.g. ``"max_features"``.
+
+    Optional, for checkpoints that rebuild the engine (:func:`~numpyro_bnp.infer.streaming.save`,
+    :func:`~numpyro_bnp.infer.streaming.read_checkpoint`):
+
+    :ivar dict options: the engine's options (JSON-storable values).
+    :ivar tuple model_args: positional model arguments the engine was set up with.
+    :ivar dict model_kwargs: keyword model arguments the engine was set up with.
+    :ivar tuple model_summary: strings that describe the traced model (one per site).
+    """
+
+    dim: int
+    dtype: Any
+    kind: str
+    state_type: type
+    progress_key: str
+    progress_label: str
+    capacity_option: str
+
+    def check_batch(self, batch, name: str = "batch") -> np.ndarray:
+        """Validate a batch on the host; return it as ``(n, dim)`` of ``dtype`` (or raise)."""
+
+    def check_state(self, state, name: str = "state") -> None:
+        """Raise ``TypeError``/``ValueError`` naming the field when ``state`` cannot resume here."""
+
+    def scan_chunk(self, state, chunk, valid):
+        """``(state, infos)`` after the valid rows of ``chunk`` (see
+        :func:`~numpyro_bnp.infer.streaming.chunk_scanner`)."""
+
+    def capacity(self, state) -> int:
+        """The state's capacity (slots, clusters)."""
+
+    def grow(self, state, capacity: int):
+        """``state`` with its capacity raised to ``capacity`` (outside ``jit``)."""
+
+    def truncated(self, state) -> bool:
+        """Whether the state's capacity is too small (the chunk is re-run after :meth:`grow`)."""
+
+    def num_seen(self, state) -> int:
+        """Observations absorbed by ``state``."""
+
+    def posterior_draws(self, rng_key, state, num_draws: int, obs=None):
+        """``(draws, dims, coords)`` for :meth:`~numpyro_bnp.infer.StreamingResult.to_arviz`:
+        ``num_draws`` independent draws of each latent site (leading axis), with rows-dependent
+        sites (e.g. the IBP matrix) for the rows ``obs`` when given."""
+
+    def posterior_samples(self, rng_key, state, num_samples: int, num_obs=None, obs=None):
+        """Samples keyed by the model's site names for :class:`numpyro.infer.Predictive`."""
+
+
+ENGINE_MEMBERS = (
+    "dim",
+    "dtype",
+    "kind",
+    "state_type",
+    "progress_key",
+    "progress_label",
+    "capacity_option",
+    "check_batch",
+    "check_state",
+    "scan_chunk",
+    "capacity",
+    "grow",
+    "truncated",
+    "num_seen",
+)
+
+
+def check_engine(engine):
+    """Raise ``TypeError`` naming the members of the protocol that ``engine`` lacks."""
+    missing = [m for m in ENGINE_MEMBERS if not hasattr(engine, m)]
+    if missing:
+        raise TypeError(
+            f"engine must follow the StreamingEngine protocol (set up by its init); "
+            f"{type(engine).__name__} lacks {missing}"
+        )
