@@ -4,10 +4,21 @@ Exactness checks run in float64: x64 is switched on for the whole suite. Tests o
 default use ``jax.enable_x64(False)`` locally.
 """
 
+import pathlib
+
 import jax
 import pytest
 
 jax.config.update("jax_enable_x64", True)
+
+# XLA's compile time dominates most tests, and many compile the same functions: the same engine in
+# several modules (JAX's in-memory caches are cleared after each one, below), in both pytest
+# workers, and again in the docs' examples. JAX's persistent compilation cache keeps them on disk
+# for the rest of the run (and for the next local run); the key is the compiled program itself.
+jax.config.update(
+    "jax_compilation_cache_dir", str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache")
+)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 
 
 @pytest.fixture(autouse=True, scope="module")
