@@ -487,6 +487,7 @@ class RestrictedFeatureModel:
     fixed_count: bool
     count_support: np.ndarray
     site_summary: tuple = field(default=())
+    engine: str = "this engine"
 
     def numbers(self, values, model_args=(), model_kwargs=None):
         """:class:`RestrictedNumbers` of the model run with the latent sites set to ``values``.
@@ -495,8 +496,8 @@ class RestrictedFeatureModel:
         data and hyperparameters inside its compiled step. ``values`` maps the weight, rows and
         feature site names to values of their shapes.
         """
-        model = handlers.substitute(handlers.seed(self.model, rng_seed=0), data=values)
-        tr = handlers.trace(model).get_trace(*model_args, **(model_kwargs or {}))
+        model = handlers.substitute(self.model, data=values)
+        tr = trace_model(model, model_args, model_kwargs, f"{self.engine} (reading its numbers)")
         k, d = self.max_features, self.dim
         beta = unwrap(tr[self.weight_site]["fn"])
         rows = unwrap(tr[self.rows_site]["fn"])
@@ -610,4 +611,5 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
         fixed_count=bool((support.sum(axis=1) == 1).all()),
         count_support=support[:, : max_count + 1],
         site_summary=read.summary,
+        engine=engine,
     )
