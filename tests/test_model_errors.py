@@ -2,7 +2,7 @@
 
 The engine adds a note (its name, the last site the model finished); the type and the message
 are the model's own, not a second error from the engine's later steps. This holds for the first,
-eager read and for every later trace (inside the engines' compiled steps):
+eager read and for every later trace (inside the engines' compiled steps, in the diagnostics):
 a model that converts a site's value to NumPy reads fine eagerly and fails under ``jit``.
 """
 
@@ -13,6 +13,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 
+from numpyro_bnp import diagnostics
 from numpyro_bnp.distributions import BetaProcess, RecursiveIBP, RestrictedBernoulliProcess, exactly
 from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice, RestrictedIBPGibbs, RIBPFilter
 
@@ -117,3 +118,28 @@ def test_mcmc_kernels_reraise_an_error_of_a_later_trace_under_jit(kernel, model,
     with pytest.raises(jax.errors.TracerArrayConversionError) as err:
         mcmc.run(jax.random.PRNGKey(0), np.zeros((4, 3)), num_obs=4, dim=3)
     assert engine in _note(err) and f"after its site {after!r}" in _note(err)
+
+
+def test_diagnostics_reraise_the_models_own_error():
+    draws = {"Z": np.zeros((2, 3, 4, 4), np.int32), "A": np.zeros((2, 3, 4, 3))}
+    with pytest.raises(ModelFailure, match="the model failed on purpose") as err:
+        diagnostics.summary(
+            draws,
+            model=ibp_fails_on_purpose,
+            model_args=(np.zeros((4, 3)),),
+            model_kwargs=dict(num_obs=4, dim=3),
+        )
+    assert "numpyro_bnp.diagnostics" in _note(err) and "after its site 'A'" in _note(err)
+
+
+def test_diagnostics_reraise_an_error_of_a_vectorised_trace():
+    """The log-likelihood maps the model over the draws (``vmap``): values are tracers there."""
+    draws = {"Z": np.zeros((2, 3, 4, 4), np.int32), "A": np.zeros((2, 3, 4, 3))}
+    with pytest.raises(jax.errors.TracerArrayConversionError) as err:
+        diagnostics.summary(
+            draws,
+            model=ibp_reads_z_in_numpy,
+            model_args=(np.zeros((4, 3)),),
+            model_kwargs=dict(num_obs=4, dim=3),
+        )
+    assert "numpyro_bnp.diagnostics" in _note(err) and "after its site 'Z'" in _note(err)

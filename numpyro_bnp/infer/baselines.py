@@ -62,7 +62,7 @@ from numpyro_bnp._checks import (
     observed_array,
     positive_int,
 )
-from numpyro_bnp.diagnostics import count_parity
+from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
 from numpyro_bnp.infer._linear_gaussian import (
     collapsed_log_marginal,
