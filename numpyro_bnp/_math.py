@@ -14,6 +14,7 @@ from jax.scipy.special import digamma, gammaln, xlogy
 
 __all__ = [
     "bernoulli_kl",
+    "count_parity",
     "generalized_harmonic",
     "ggp_laplace_exponent",
     "log_beta_levy_tail",
@@ -26,6 +27,16 @@ __all__ = [
     "poisson_binomial_log_pmf",
     "poisson_interval_probs",
 ]
+
+
+def count_parity(counts):
+    """1 if ``counts`` (``(..., N, K)``) has an even number of non-zero entries, else 0 (int32).
+
+    The parity test function of the slice sampler for general CRMs (Section 5 of that paper):
+    label-invariant, so its ESS and R-hat are meaningful under label switching.
+    """
+    nonzero = jnp.count_nonzero(counts, axis=(-2, -1))
+    return (1 - nonzero % 2).astype(jnp.int32)
 
 
 def logit(p):

@@ -2,11 +2,15 @@ import itertools
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
-from numpyro.infer import MCMC, Predictive
+from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, Predictive
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
-from scipy.special import gammaln
+from scipy.special import gammaln, logsumexp
+from scipy.stats import norm
 
 from numpyro_bnp import models
 from numpyro_bnp.arviz_compat import group, loo_pointwise
@@ -15,10 +19,12 @@ from numpyro_bnp.diagnostics import (
     feature_dims,
     from_mcmc,
     label_invariants,
+    log_predictive,
+    new_row_probs,
     summary,
 )
 from numpyro_bnp.distributions import exactly
-from numpyro_bnp.infer import AcceleratedIBPGibbs
+from numpyro_bnp.infer import AcceleratedIBPGibbs, RIBPFilter, RIBPResult
 
 
 def test_count_parity_enumerates_all_small_count_matrices():
@@ -209,3 +215,270 @@ def test_topic_model_observes_one_document_at_a_time():
     rate = np.asarray(draw["rates"][0], float) @ np.asarray(draw["topics"][0], float)
     direct = np.sum(counts * np.log(rate) - rate - gammaln(counts + 1.0), -1)
     np.testing.assert_allclose(loglik[0], direct, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- held-out predictive rows
+def _by_hand(test_row, a, probs, sigma):
+    """``log Σ_z Π_k p_k^z_k (1 - p_k)^(1 - z_k) N(x; z A, σ²)``, ``z`` over the features with
+    ``p_k > 0``, each configuration written out; also the configurations' log prior and log
+    likelihood."""
+    cols = np.flatnonzero(probs > 0)
+    log_prior, log_lik = [], []
+    for bits in itertools.product([0, 1], repeat=cols.size):
+        z = np.zeros(probs.size)
+        z[cols] = bits
+        log_prior.append(np.log(np.prod(np.where(z[cols] == 1, probs[cols], 1.0 - probs[cols]))))
+        log_lik.append(norm.logpdf(test_row, z @ a, sigma).sum())
+    log_prior, log_lik = np.array(log_prior), np.array(log_lik)
+    return logsumexp(log_prior + log_lik), log_prior, log_lik
+
+
+LG_KW = dict(num_obs=6, dim=3, sigma_o=0.5, beta=2.0, max_features=4)
+
+
+@pytest.fixture(scope="module")
+def two_draws():
+    """Two hand-made linear-Gaussian draws: 2 features used (m = 3, 2) and 3 (m = 6, 1, 1)."""
+    rng = np.random.default_rng(5)
+    z = np.zeros((1, 2, 6, 4), np.int32)
+    z[0, 0, :3, 0] = z[0, 0, 2:4, 1] = 1
+    z[0, 1, :, 0] = z[0, 1, 1, 1] = z[0, 1, 5, 2] = 1
+    samples = {"Z": z, "A": rng.normal(size=(1, 2, 4, 3))}
+    return samples, rng.normal(size=(6, 3)), rng.normal(size=(3, 3))
+
+
+def test_log_predictive_sums_a_new_rows_features_out_exactly(two_draws):
+    samples, data, test = two_draws
+    args = (models.linear_gaussian, (data,), LG_KW)
+    probs = new_row_probs(samples, *args)  # the buffet's next customer: m_k / (β + N)
+    np.testing.assert_allclose(probs[0, 0], [3 / 8, 2 / 8, 0, 0])
+    np.testing.assert_allclose(probs[0, 1], [6 / 8, 1 / 8, 1 / 8, 0])
+    got = log_predictive(samples, *args, test_obs=test)
+    assert got.shape == (1, 2, 3)
+    for s in range(2):
+        for m in range(3):
+            want, log_prior, _ = _by_hand(test[m], samples["A"][0, s], probs[0, s], 0.5)
+            assert len(log_prior) == (4 if s == 0 else 8)
+            np.testing.assert_allclose(got[0, s, m], want, rtol=1e-10)
+
+
+def test_log_predictive_falls_back_to_monte_carlo_with_a_warning(two_draws):
+    samples, data, test = two_draws
+    args = (models.linear_gaussian, (data,), LG_KW)
+    exact = log_predictive(samples, *args, test_obs=test)
+    with pytest.raises(TypeError, match="rng_key"):
+        log_predictive(samples, *args, test_obs=test, max_enumerate=2)
+    num = 20_000
+    with pytest.warns(UserWarning, match="up to 3 features, more than max_enumerate=2"):
+        mc = log_predictive(
+            samples,
+            *args,
+            test_obs=test,
+            max_enumerate=2,
+            rng_key=jax.random.PRNGKey(0),
+            num_mc_samples=num,
+        )
+    probs = new_row_probs(samples, *args)
+    for s in range(2):
+        for m in range(3):
+            log_p, log_prior, log_lik = _by_hand(test[m], samples["A"][0, s], probs[0, s], 0.5)
+            # the estimate is the mean of num likelihoods p(x | z), z ~ prior: its log has
+            # standard error sqrt(Var[p(x | z)] / num) / p(x)
+            rel_var = np.exp(logsumexp(log_prior + 2 * log_lik) - 2 * log_p) - 1.0
+            assert abs(mc[0, s, m] - exact[0, s, m]) < 4 * np.sqrt(rel_var / num)
+
+
+def test_summary_adds_one_log_predictive_row_per_held_out_row(ibp_run):
+    mcmc, data = ibp_run
+    test = data[:2] + 0.1
+    table = summary(mcmc, pairs=[(0, 1)], test_obs=test, round_to="none")
+    assert list(table.index) == [
+        "num_active",
+        "log_lik",
+        "parity",
+        "cooccurrence[0-1]",
+        "log_predictive[0]",
+        "log_predictive[1]",
+    ]
+    samples = mcmc.get_samples(group_by_chain=True)
+    z = np.asarray(samples["Z"])
+    probs = new_row_probs(samples, models.linear_gaussian, (data,), MODEL_KW)
+    np.testing.assert_allclose(probs, z.sum(2) / (1.0 + N), rtol=1e-12)  # β = 1
+    values = log_predictive(samples, models.linear_gaussian, (data,), MODEL_KW, test_obs=test)
+    np.testing.assert_allclose(table.loc["log_predictive[1]", "mean"], values[..., 1].mean())
+    want = _by_hand(test[1], np.asarray(samples["A"])[1, 4], probs[1, 4], 0.5)[0]
+    np.testing.assert_allclose(values[1, 4, 1], want, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "model, kwargs, match",
+    [
+        (models.factor_analysis, dict(max_features=3), "not other per-row latent sites"),
+        (models.gamma_poisson_linear_gaussian, dict(truncation=3), "has a Poisson distribution"),
+        (
+            models.restricted_linear_gaussian,
+            dict(count_dist=exactly(1), max_features=3),
+            "has a RestrictedBernoulliProcess distribution",
+        ),
+    ],
+)
+def test_log_predictive_refuses_what_it_cannot_sum_out(model, kwargs, match):
+    kwargs = dict(num_obs=5, dim=3, **kwargs)
+    draws = Predictive(model, num_samples=4)(jax.random.PRNGKey(0), **kwargs)
+    draws = {k: np.asarray(v).reshape(2, 2, *v.shape[1:]) for k, v in draws.items() if k != "obs"}
+    data = np.zeros((5, 3))
+    with pytest.raises(ValueError, match=match):
+        log_predictive(draws, model, (data,), kwargs, test_obs=data[:1])
+
+
+def test_streaming_log_predictive_refuses_factor_analysis():
+    filt = RIBPFilter(models.factor_analysis, max_features=4)
+    state = filt.init(jax.random.PRNGKey(0), dim=3)
+    result = RIBPResult(filt, state, {}, np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="weight site 'W'"):
+        summary(
+            result, rng_key=jax.random.PRNGKey(1), obs=np.zeros((2, 3)), test_obs=np.zeros((1, 3))
+        )
+
+
+def test_constant_quantities_do_not_warn():
+    """Z the same in every draw: num_active, parity and co-occurrence are constant (R-hat NaN)."""
+    rng = np.random.default_rng(6)
+    z = np.zeros((N, K), np.int32)
+    z[:, 0] = 1
+    z[::2, 1] = 1
+    draws = {"Z": np.broadcast_to(z, (2, 50, N, K)), "A": rng.normal(size=(2, 50, K, D))}
+    data = rng.normal(size=(N, D))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = summary(
+            draws,
+            model=models.linear_gaussian,
+            model_args=(data,),
+            model_kwargs=MODEL_KW,
+            test_obs=data[:1],
+        )
+    constant = ["num_active", "parity", "cooccurrence[0-1]", "cooccurrence[0-6]"]
+    assert table.loc[constant, "sd"].eq(0).all() and table.loc[constant, "r_hat"].isna().all()
+    assert np.isfinite(table.loc["log_lik", "r_hat"])
+    assert np.isfinite(table.loc["log_predictive[0]", "r_hat"])
+
+
+# ---------------------------------------------------------------- NumPyro's DiscreteHMCGibbs
+def truncated_beta_bernoulli(obs=None, *, num_obs, dim, max_features, sigma_o=0.5):
+    """Linear-Gaussian model with the K-atom beta-Bernoulli prior: π_k ~ Beta(1/K, 1),
+    Z_nk ~ Bernoulli(π_k) in plates (NumPyro's DiscreteHMCGibbs moves each entry)."""
+    pi = numpyro.sample("pi", dist.Beta(1.0 / max_features, 1.0).expand([max_features]))
+    with numpyro.plate("rows", num_obs, dim=-2), numpyro.plate("features", max_features):
+        z = numpyro.sample("Z", dist.Bernoulli(pi))
+    a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([max_features, dim]).to_event(2))
+    with numpyro.plate("row", z.shape[0]):
+        numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(1), obs=obs)
+
+
+def test_summary_of_numpyros_discrete_hmc_gibbs(ibp_run):
+    """The ready IBP models have no enumerable support (NumPyro cannot move a buffet matrix):
+    the model is the truncated beta-Bernoulli one, whose new row takes feature k w.p. π_k."""
+    _, data = ibp_run
+    kwargs = dict(num_obs=N, dim=D, max_features=4)
+    mcmc = MCMC(
+        DiscreteHMCGibbs(NUTS(truncated_beta_bernoulli)),
+        num_warmup=20,
+        num_samples=30,
+        num_chains=2,
+        chain_method="sequential",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(1), data, **kwargs)
+    test = data[:2] + 0.1
+    table = summary(mcmc, test_obs=test)
+    reference = summary(ibp_run[0], test_obs=test)
+    assert list(table.index) == list(reference.index)
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    values, _ = label_invariants(samples, truncated_beta_bernoulli, (data,), kwargs)
+    z, a, pi = samples["Z"][1, 9], samples["A"][1, 9], samples["pi"][1, 9]
+    np.testing.assert_allclose(values["log_lik"][1, 9], norm.logpdf(data, z @ a, 0.5).sum())
+    predictive = log_predictive(samples, truncated_beta_bernoulli, (data,), kwargs, test_obs=test)
+    np.testing.assert_allclose(predictive[1, 9, 0], _by_hand(test[0], a, pi, 0.5)[0], rtol=1e-8)
+
+
+# ---------------------------------------------------------------- streaming results
+S_DIM, S_SIGMA = 5, 0.2
+
+
+@pytest.fixture(scope="module")
+def stream():
+    """A linear-Gaussian stream of 400 rows (3 features, each used w.p. 0.4) and 3 held out."""
+    rng = np.random.default_rng(0)
+    feats = 2.0 * rng.normal(size=(3, S_DIM))
+    z = (rng.random((403, 3)) < 0.4).astype(float)
+    data = z @ feats + S_SIGMA * rng.normal(size=(403, S_DIM))
+    filt = RIBPFilter(
+        models.linear_gaussian,
+        max_features=16,
+        num_steps=4,
+        retire_threshold=1e-2,
+        dtype=jnp.float32,
+    )
+    result = filt.run(
+        jax.random.PRNGKey(0),
+        data[:400],
+        progress_bar=False,
+        chunk_size=64,
+        dim=S_DIM,
+        alpha=1.0,
+        sigma_o=S_SIGMA,
+    )
+    return result, data[:400], data[400:]
+
+
+def test_summary_of_a_streaming_result(stream):
+    result, train, test = stream
+    rows = train[:100]
+    with pytest.raises(TypeError, match="obs"):
+        summary(result, rng_key=jax.random.PRNGKey(1))
+    table = summary(
+        result, rng_key=jax.random.PRNGKey(1), obs=rows, num_draws=250, num_chains=4, test_obs=test
+    )
+    assert list(table.index) == [
+        "num_active",
+        "log_lik",
+        "parity",
+        "cooccurrence[0-1]",
+        "cooccurrence[0-50]",
+        "cooccurrence[50-99]",
+        "log_predictive[0]",
+        "log_predictive[1]",
+        "log_predictive[2]",
+    ]
+    # 100 rows use every active feature of every draw
+    assert abs(table.loc["num_active", "mean"] - result.num_active) < 0.1
+    for name in ("log_lik", "log_predictive[0]", "log_predictive[2]"):
+        # 4 x 250 independent draws: ESS about 1000, R-hat about 1
+        assert 700 < table.loc[name, "ess_bulk"] < 1400
+        assert abs(table.loc[name, "r_hat"] - 1.0) < 0.02
+    # log_lik against other draws of the same posterior, by hand: Normal(Z A, σ²) of the rows
+    draws = result.posterior_samples(jax.random.PRNGKey(7), 1000, obs=rows)
+    mean = np.einsum("smk,skd->smd", np.asarray(draws["Z"]), np.asarray(draws["A"]))
+    by_hand = norm.logpdf(rows, mean, S_SIGMA).sum((1, 2))
+    se = np.sqrt(by_hand.var() / 1000 + table.loc["log_lik", "sd"] ** 2 / 1000)
+    assert abs(table.loc["log_lik", "mean"] - by_hand.mean()) < 4 * se
+
+
+def test_streaming_log_predictive_averages_to_the_filters_predictive(stream):
+    """The mean over draws of p(x* | A, π) is the filter's p(x* | data), which it computes
+    otherwise (features integrated in closed form, z importance-sampled over all slots)."""
+    result, train, test = stream
+    samples = result.posterior_samples(jax.random.PRNGKey(2), 2000, obs=train[:5])
+    samples = {k: np.asarray(v)[None] for k, v in samples.items()}
+    model = numpyro.handlers.condition(models.linear_gaussian, data={"obs": train[:5]})
+    engine = result.engine
+    probs = np.broadcast_to(result.feature_probs, (1, 2000, result.num_active))
+    per_draw = log_predictive(
+        samples, model, engine.model_args, engine.model_kwargs, test_obs=test, probs=probs
+    )
+    averaged = logsumexp(per_draw[0], axis=0) - np.log(2000)
+    filters = np.asarray(
+        result.log_predictive(test, rng_key=jax.random.PRNGKey(3), num_samples=4000)
+    )
+    np.testing.assert_allclose(averaged, filters, atol=0.1)

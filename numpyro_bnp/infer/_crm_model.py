@@ -49,6 +49,7 @@ from numpyro_bnp.infer._model import (
     normal_params,
     observed_site,
     sites_of,
+    trace_model,
     unwrap,
 )
 
@@ -108,6 +109,7 @@ class CRMTraitModel:
     rate_site: str | None = None
     topic_concentration: np.ndarray | None = None
     site_summary: tuple = field(default=())
+    engine: str = "this engine"
 
     def numbers(self, values, model_args=(), model_kwargs=None):
         """The data and Gaussian parameters of the model with its CRM, count and trait sites set
@@ -117,8 +119,8 @@ class CRMTraitModel:
         :class:`numpyro.infer.Gibbs` they follow the values of the other blocks' sites, which
         arrive conditioned through ``model_kwargs``.
         """
-        model = handlers.substitute(handlers.seed(self.model, rng_seed=0), data=values)
-        tr = handlers.trace(model).get_trace(*model_args, **(model_kwargs or {}))
+        model = handlers.substitute(self.model, data=values)
+        tr = trace_model(model, model_args, model_kwargs, f"{self.engine} (reading its numbers)")
         k = jnp.shape(values[self.trait_site])[0]
         trait = unwrap(tr[self.trait_site]["fn"])
         noise = unwrap(tr[self.obs_site]["fn"])
@@ -135,7 +137,7 @@ class CRMTraitModel:
         )
 
 
-def _depends_on_conditioning(model, model_args, model_kwargs, names):
+def _depends_on_conditioning(model, model_args, model_kwargs, names, engine):
     """Names among ``names`` whose distribution depends on the values conditioned by a
     :class:`numpyro.infer.Gibbs` composite (``model_kwargs[GIBBS_SITES_KWARG]``).
 
@@ -148,7 +150,7 @@ def _depends_on_conditioning(model, model_args, model_kwargs, names):
     def probe(values):
         kwargs = {**model_kwargs, GIBBS_SITES_KWARG: values}
         with jax.ensure_compile_time_eval():
-            tr = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*model_args, **kwargs)
+            tr = trace_model(model, model_args, kwargs, f"{engine} (reading the model)")
         for name in names:
             leaves = jax.tree.leaves(unwrap(tr[name]["fn"]))
             if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
@@ -320,7 +322,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         )
     if given:
         names = [u["name"] for u in used]
-        moving = _depends_on_conditioning(model, model_args, model_kwargs, names)
+        moving = _depends_on_conditioning(model, model_args, model_kwargs, names, engine)
         if moving:
             read.reject(
                 f"the distributions of {moving} depend on sites of other Gibbs blocks "
@@ -344,6 +346,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         noise_var=noise_var,
         dim=int(dim),
         site_summary=read.summary,
+        engine=engine,
     )
 
 
@@ -425,4 +428,5 @@ def _read_topic_model(model, read, crm_node, rate_node):
         rate_site=rate_site,
         topic_concentration=beta[0].copy(),
         site_summary=read.summary,
+        engine=read.engine,
     )

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.util import is_prng_key
 
+from numpyro_bnp.infer._model import trace_model
+
 __all__ = ["chains_batched", "over_chains", "with_deterministic"]
 
 
@@ -38,18 +40,21 @@ def over_chains(fn, batched, in_axes=0):
     return jax.vmap(fn, in_axes=in_axes) if batched else fn
 
 
-def with_deterministic(model, model_args, model_kwargs, fn=None):
+def with_deterministic(model, model_args, model_kwargs, fn=None, *, engine="the MCMC kernel"):
     """A ``postprocess_fn``: ``fn(z)`` plus the model's deterministic sites at the values ``z``.
 
     The model is replayed with its sample sites substituted by ``z`` (traceable, so it runs
     inside the compiled collection loop of ``numpyro.infer.MCMC``); a model without deterministic
-    sites costs nothing at run time.
+    sites costs nothing at run time. An error inside the model is re-raised as itself, with a
+    note naming ``engine`` (:func:`~numpyro_bnp.infer._model.trace_model`).
     """
 
     def postprocess(z):
         out = dict(z if fn is None else fn(z))
-        replay = handlers.substitute(handlers.seed(model, rng_seed=0), data=out)
-        tr = handlers.trace(replay).get_trace(*model_args, **(model_kwargs or {}))
+        replay = handlers.substitute(model, data=out)
+        tr = trace_model(
+            replay, model_args, model_kwargs, f"{engine} (recomputing deterministic sites)"
+        )
         for name, site in tr.items():
             if site["type"] == "deterministic" and name not in out:
                 out[name] = site["value"]

@@ -72,6 +72,7 @@ __all__ = [
     "observed_site",
     "read_feature_model",
     "read_restricted_feature_model",
+    "row_log_density",
     "sites_of",
     "trace_model",
     "unwrap",
@@ -307,10 +308,9 @@ class FeatureModel:
     def row_log_likelihood(self, z, a, obs, w=None):
         """``log p(o | z, A[, w])`` of ONE observation through the model's own observed site.
 
-        The model runs under ``handlers.substitute`` (``Z`` = ``z[None]``, ``A`` = ``a``, weights
-        = ``w[None]``) and ``handlers.condition`` (the observed site = ``obs[None]``); the log
-        density of the observed site is returned. ``z`` may be real-valued (a relaxation). Pure
-        and differentiable in ``a``; traceable under ``jit``.
+        :func:`row_log_density` with ``Z`` = ``z[None]``, ``A`` = ``a`` and the weights =
+        ``w[None]``. ``z`` may be real-valued (a relaxation). Pure and differentiable in ``a``;
+        traceable under ``jit``.
 
         :param z: ``(K,)``; :param a: ``(K, D)``; :param obs: ``(D,)``; :param w: ``(K,)``.
         :return: scalar.
@@ -318,20 +318,45 @@ class FeatureModel:
         values = {self.ibp_site: z[None], self.feature_site: a}
         if self.weight_site is not None:
             values[self.weight_site] = w[None]
-        model = handlers.condition(
-            handlers.substitute(self.model, data=values), data={self.obs_site: obs[None]}
+        return row_log_density(
+            self.model,
+            self.model_args,
+            self.model_kwargs,
+            values,
+            obs_site=self.obs_site,
+            obs=obs,
+            rows_site=self.ibp_site,
+            engine=f"{self.engine} (one row's likelihood)",
         )
-        engine = f"{self.engine} (one row's likelihood)"
-        tr = trace_model(model, self.model_args, self.model_kwargs, engine)
-        site = tr[self.obs_site]
-        shape = site["fn"].batch_shape + site["fn"].event_shape
-        if shape != (1, *jnp.shape(obs)):
-            raise ValueError(
-                f"the observed site {self.obs_site!r} must take its number of rows from the rows "
-                f"of {self.ibp_site!r} (e.g. a mean written as Z @ A); with one row substituted "
-                f"its distribution has shape {shape}, expected (1, {jnp.shape(obs)[0]})"
-            )
-        return jnp.sum(site["fn"].log_prob(site["value"]))
+
+
+def row_log_density(
+    model, model_args, model_kwargs, values, *, obs_site, obs, rows_site, engine, hint=""
+):
+    """``log p(o | values)`` of ONE observation ``obs`` ``(D,)`` through the model's observed site.
+
+    The model runs under ``handlers.substitute(data=values)`` and ``handlers.condition`` (the
+    observed site ``obs_site`` = ``obs[None]``), through :func:`trace_model` (an error inside the
+    model is re-raised as itself, with a note naming ``engine``); the observed site's log density
+    is summed. ``values`` maps latent site names to values, the per-row sites (``rows_site``, the
+    allocation ``Z``, and any other) given for one row (leading axis 1). Traceable under ``jit``
+    and ``vmap``.
+
+    :return: scalar.
+    :raises ValueError: when the observed site does not take its number of rows from the rows of
+        ``rows_site`` (with one row substituted, its distribution must have shape ``(1, D)``);
+        ``hint`` ends the message.
+    """
+    model = handlers.condition(handlers.substitute(model, data=values), data={obs_site: obs[None]})
+    site = trace_model(model, model_args, model_kwargs, engine)[obs_site]
+    shape = site["fn"].batch_shape + site["fn"].event_shape
+    if shape != (1, *jnp.shape(obs)):
+        raise ValueError(
+            f"the observed site {obs_site!r} must take its number of rows from the rows of "
+            f"{rows_site!r} (e.g. a mean written as Z @ A); with one row substituted its "
+            f"distribution has shape {shape}, expected (1, {jnp.shape(obs)[0]}){hint}"
+        )
+    return jnp.sum(site["fn"].log_prob(site["value"]))
 
 
 def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
@@ -487,6 +512,7 @@ class RestrictedFeatureModel:
     fixed_count: bool
     count_support: np.ndarray
     site_summary: tuple = field(default=())
+    engine: str = "this engine"
 
     def numbers(self, values, model_args=(), model_kwargs=None):
         """:class:`RestrictedNumbers` of the model run with the latent sites set to ``values``.
@@ -495,8 +521,8 @@ class RestrictedFeatureModel:
         data and hyperparameters inside its compiled step. ``values`` maps the weight, rows and
         feature site names to values of their shapes.
         """
-        model = handlers.substitute(handlers.seed(self.model, rng_seed=0), data=values)
-        tr = handlers.trace(model).get_trace(*model_args, **(model_kwargs or {}))
+        model = handlers.substitute(self.model, data=values)
+        tr = trace_model(model, model_args, model_kwargs, f"{self.engine} (reading its numbers)")
         k, d = self.max_features, self.dim
         beta = unwrap(tr[self.weight_site]["fn"])
         rows = unwrap(tr[self.rows_site]["fn"])
@@ -610,4 +636,5 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
         fixed_count=bool((support.sum(axis=1) == 1).all()),
         count_support=support[:, : max_count + 1],
         site_summary=read.summary,
+        engine=engine,
     )

@@ -62,7 +62,7 @@ from numpyro_bnp._checks import (
     observed_array,
     positive_int,
 )
-from numpyro_bnp.diagnostics import count_parity
+from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
 from numpyro_bnp.infer._linear_gaussian import (
     collapsed_log_marginal,
@@ -72,7 +72,7 @@ from numpyro_bnp.infer._linear_gaussian import (
     sample_feature_posterior,
 )
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
-from numpyro_bnp.infer._model import read_feature_model
+from numpyro_bnp.infer._model import read_feature_model, trace_model
 
 __all__ = ["AcceleratedIBPGibbs", "AcceleratedIBPGibbsState"]
 
@@ -157,8 +157,8 @@ def _observed(model, cfg, model_args, model_kwargs):
         cfg.z_site: jnp.zeros((cfg.num_rows, cfg.capacity), jnp.int32),
         cfg.a_site: jnp.zeros((cfg.capacity, cfg.dim)),
     }
-    tr = handlers.trace(handlers.seed(handlers.substitute(model, data=data), rng_seed=0))
-    site = tr.get_trace(*model_args, **model_kwargs)[cfg.obs_site]
+    tr = trace_model(handlers.substitute(model, data=data), model_args, model_kwargs, _ENGINE)
+    site = tr[cfg.obs_site]
     if not site["is_observed"]:
         raise ValueError(
             f"{_ENGINE} needs data: the site {cfg.obs_site!r} is not observed (pass the "
@@ -412,7 +412,7 @@ class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
 
     def postprocess_fn(self, model_args, model_kwargs):
         """The sampled site values plus the model's deterministic sites at them."""
-        return with_deterministic(self._model, model_args, model_kwargs)
+        return with_deterministic(self._model, model_args, model_kwargs, engine=_ENGINE)
 
     def get_diagnostics_str(self, state):
         sat = ", saturated" if bool(state.saturated) else ""

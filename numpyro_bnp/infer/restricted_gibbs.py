@@ -613,4 +613,6 @@ class RestrictedIBPGibbs(MCMCKernel):
 
     def postprocess_fn(self, model_args, model_kwargs):
         """The sampled site values plus the model's deterministic sites at them."""
-        return with_deterministic(self._model, model_args, model_kwargs)
+        return with_deterministic(
+            self._model, model_args, model_kwargs, engine="RestrictedIBPGibbs"
+        )
