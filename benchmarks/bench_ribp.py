@@ -41,7 +41,7 @@ from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.models import linear_gaussian
 
 ALPHA, BETA, DIM, SIGMA_A, SIGMA_O = 10.0, 1.0, 50, 1.0, 0.5
-KWARGS = dict(num_obs=1, dim=DIM, alpha=ALPHA, beta=BETA, sigma_a=SIGMA_A, sigma_o=SIGMA_O)
+KWARGS = dict(num_obs=1, dim=DIM, mass=ALPHA, concentration=BETA, sigma_a=SIGMA_A, sigma_o=SIGMA_O)
 
 
 def synthetic(num_rows, seed=0):

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 DIM, NUM_TRUE, SIGMA_O = 20, 5, 0.5
-KWARGS = dict(num_obs=1, dim=DIM, alpha=2.0, beta=1.0, sigma_a=1.0, sigma_o=SIGMA_O)
+KWARGS = dict(num_obs=1, dim=DIM, mass=2.0, concentration=1.0, sigma_a=1.0, sigma_o=SIGMA_O)
 
 
 def rss_mib():

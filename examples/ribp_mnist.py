@@ -108,7 +108,9 @@ def main(argv=None):
     parser.add_argument(
         "--digits", type=int, nargs="+", default=[1, 3, 5, 7, 9], help="classes to stream"
     )
-    parser.add_argument("--alpha", type=float, default=10.0)
+    parser.add_argument(
+        "--mass", type=float, default=10.0, help="linear_gaussian's mass: the IBP's α"
+    )
     parser.add_argument("--sigma-a", type=float, default=0.2)
     parser.add_argument("--sigma-o", type=float, default=0.05)
     parser.add_argument(
@@ -153,7 +155,7 @@ def main(argv=None):
         chunk_size=500,
         num_obs=1,
         dim=196,
-        alpha=args.alpha,
+        mass=args.mass,
         sigma_a=args.sigma_a,
         sigma_o=args.sigma_o,
     )
@@ -200,7 +202,7 @@ def main(argv=None):
         result.time,
         result.traces["num_features"],
         expected=RecursiveIBP(
-            args.alpha, 1.0, num_rows=len(small), max_features=1
+            args.mass, 1.0, num_rows=len(small), max_features=1
         ).expected_num_features(),
     )
     if "refined" in fits:

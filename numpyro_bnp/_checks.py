@@ -17,14 +17,18 @@ same things with the same words:
 * :func:`event_shaped` — a value handed to a distribution's ``log_prob``: its trailing axes
   must be the distribution's event shape (the leading ones broadcast against the batch shape);
 * :func:`is_concrete` — whether values can be checked on the host (no JAX tracer among them);
-* :class:`FixedOptions` — engine options that cannot change after construction.
+* :class:`FixedOptions` — engine options that cannot change after construction;
+* :func:`renamed_arguments` — the old keyword names of renamed arguments, accepted for now with
+  a ``FutureWarning`` (the names of every model and engine: ``docs/vocabulary.md``).
 
 Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (wrong shape or range)
 whose message starts with the argument's name.
 """
 
+import functools
 import numbers
 import operator
+import warnings
 
 import jax
 import numpy as np
@@ -41,8 +45,12 @@ __all__ = [
     "positive_float",
     "positive_int",
     "prng_key",
+    "renamed_arguments",
     "unit_interval",
 ]
+
+#: the release that drops the old names accepted by :func:`renamed_arguments`
+RENAMED_REMOVAL = "0.2"
 
 
 def _integer(value, name, minimum, expected):
@@ -231,3 +239,42 @@ class FixedOptions:
                 f"it); build a new {cls}(..., {name}=...) instead"
             )
         super().__setattr__(name, value)
+
+
+def renamed_arguments(**renames):
+    """Decorator: accept the old keyword names ``old="new"`` of renamed arguments, for now.
+
+    A call that passes ``old=value`` runs as ``new=value`` after a ``FutureWarning`` naming both
+    ("`alpha` is renamed `mass`; the old name will be removed in 0.2"); passing both raises
+    ``TypeError``. The wrapped function keeps its name, docstring and signature (those of the new
+    names), so ``inspect.signature`` and pickling by name see the function itself. The table of
+    names: ``docs/vocabulary.md``.
+
+    :param renames: ``old_name="new_name"`` pairs.
+    """
+
+    def decorate(fn):
+        where = fn.__qualname__.removesuffix(".__init__")  # a class is called by its name
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for old, new in renames.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(
+                        f"{where}() got both `{old}` and `{new}`: `{old}` is renamed "
+                        f"`{new}`, pass only `{new}`"
+                    )
+                warnings.warn(
+                    f"{where}: `{old}` is renamed `{new}`; the old name will be "
+                    f"removed in {RENAMED_REMOVAL}",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

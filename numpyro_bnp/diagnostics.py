@@ -161,7 +161,7 @@ def _log_likelihood(model, model_args, model_kwargs, obs_name, draws):
 def label_invariants(samples, model, model_args=(), model_kwargs=None, *, pairs=None):
     """Label-invariant functions of draws ``samples`` (``{site: (chain, draw, ...)}``).
 
-    :return: ``({"num_active": (C, S), "log_lik": (C, S), "parity": (C, S), "cooccurrence":
+    :return: ``({"num_active": (C, S), "log_likelihood": (C, S), "parity": (C, S), "cooccurrence":
         (C, S, P)}, pairs)``, NumPy arrays: the number of non-zero columns of the allocation
         site, ``log p(data | draw)`` through the model's own observed site, the parity of the
         allocation's non-zero entries, and for each pair ``(i, j)`` of ``pairs`` (default: three
@@ -178,7 +178,7 @@ def label_invariants(samples, model, model_args=(), model_kwargs=None, *, pairs=
     cooc = np.stack([(used[:, :, i] & used[:, :, j]).any(-1) for i, j in pairs], axis=-1)
     return {
         "num_active": used.any(axis=2).sum(-1).astype(np.int64),
-        "log_lik": loglik.reshape(chains, draws),
+        "log_likelihood": loglik.reshape(chains, draws),
         "parity": np.asarray(count_parity(z)).astype(np.int64),
         "cooccurrence": cooc.astype(np.int64),
     }, pairs
@@ -389,8 +389,8 @@ def summary(
           with ``rng_key`` and the rows ``obs`` ``(N, D)``: the engine keeps no per-row latent
           values of the stream, so ``num_chains * num_draws`` independent draws of
           :meth:`~numpyro_bnp.infer.StreamingResult.posterior_samples` give the features and the
-          allocation of these rows, and the data of ``log_lik`` are ``obs``. The draws are laid
-          out as ``num_chains`` chains of ``num_draws`` (as in
+          allocation of these rows, and the data of ``log_likelihood`` are ``obs``. The draws are
+          laid out as ``num_chains`` chains of ``num_draws`` (as in
           :meth:`~numpyro_bnp.infer.StreamingResult.to_arviz`): for independent draws ``r_hat``
           is about 1 and ``ess_bulk`` about ``num_chains * num_draws``, so these columns measure
           the Monte Carlo error of the summary only, not the filter's approximation.
@@ -405,7 +405,7 @@ def summary(
         :func:`new_row_probs` says.
     :param pairs: pairs of row indices for the co-occurrence rows (default: three fixed pairs).
     :param kwargs: passed to ``arviz.summary`` (e.g. ``kind="diagnostics"``).
-    :return: one row per quantity of :func:`label_invariants`: ``num_active``, ``log_lik``,
+    :return: one row per quantity of :func:`label_invariants`: ``num_active``, ``log_likelihood``,
         ``parity`` and ``cooccurrence[i-j]`` per pair, then ``log_predictive[m]`` per held-out
         row. A quantity constant over all draws (often ``parity`` or a co-occurrence) has R-hat
         NaN (ArviZ's convention; its ESS is the number of draws); the divisions by its zero
@@ -453,6 +453,9 @@ def summary(
         )
         dims["log_predictive"] = ["test_row"]
         coords["test_row"] = np.arange(values["log_predictive"].shape[-1])
-    data = arviz_compat.from_dict({"posterior": values}, dims=dims, coords=coords)
+    with warnings.catch_warnings():
+        # the log_likelihood row is a summary of the draws, not ArviZ's pointwise group
+        warnings.filterwarnings("ignore", "log_likelihood variable found in posterior")
+        data = arviz_compat.from_dict({"posterior": values}, dims=dims, coords=coords)
     with np.errstate(invalid="ignore", divide="ignore"):  # zero variance of a constant quantity
         return arviz_compat.arviz().summary(data, **kwargs)

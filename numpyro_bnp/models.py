@@ -23,6 +23,15 @@ substituting a single row. The observed rows are conditionally independent given
 and sit in a ``numpyro.plate("row", N)`` (its size follows the rows of ``Z``), with the ``D``
 columns as one event: ``numpyro.infer.log_likelihood`` and ArviZ (``loo``, ``waic``) get one
 log-likelihood term per row.
+
+The arguments have the same names in every model (``docs/vocabulary.md``): ``mass`` and
+``concentration`` (``rate`` for the gamma process) for the feature prior, ``sigma_a`` for the
+prior standard deviation of the features or traits, ``sigma_o`` for the observation noise,
+``sigma_w`` for the factor weights and ``max_features`` for the number of features (atoms) of a
+prior draw. The distributions keep their paper's names (``RecursiveIBP(alpha, beta)``,
+``BetaProcess(mass, concentration, truncation=...)``); each docstring says which symbol each
+argument is. The names used before (``alpha``, ``beta``, ``sigma``, ``sigma0``, ``truncation``)
+still work, with a ``FutureWarning``.
 """
 
 import jax
@@ -31,7 +40,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._checks import is_concrete, positive_int, renamed_arguments
 from numpyro_bnp.distributions import (
     BetaProcess,
     GammaProcess,
@@ -71,20 +80,21 @@ def _observe(name, fn, value):
         return numpyro.sample(name, fn.to_event(1), obs=value)
 
 
-def _capacity(alpha, beta, num_obs, max_features):
+def _capacity(mass, concentration, num_obs, max_features):
     if max_features is None:
         with jax.ensure_compile_time_eval():  # the model may be traced under jit
-            return ibp_capacity(alpha, beta, num_rows=num_obs)
+            return ibp_capacity(mass, concentration, num_rows=num_obs)
     return max_features
 
 
+@renamed_arguments(alpha="mass", beta="concentration")
 def linear_gaussian(
     obs=None,
     *,
     num_obs,
     dim,
-    alpha=1.0,
-    beta=1.0,
+    mass=1.0,
+    concentration=1.0,
     sigma_a=1.0,
     sigma_o=0.1,
     max_features=None,
@@ -95,33 +105,40 @@ def linear_gaussian(
         Z \sim \mathrm{IBP}(α, β), \quad A_k \sim N(0, σ_A^2 I_D), \quad
         o_n \mid Z, A \sim N(z_n A, σ_o^2 I_D).
 
+    The two-parameter IBP(α, β) is the marginal of the beta process with mass α and
+    concentration β (Thibaux & Jordan 2007;
+    :meth:`~numpyro_bnp.distributions.RecursiveIBP.as_beta_process`), hence the names of its
+    arguments here.
+
     Sites: ``Z`` ``(num_obs, K)`` binary, ``A`` ``(K, dim)``, ``obs`` ``(num_obs, dim)``.
 
     :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
     :param int num_obs: number of rows ``N``.
     :param int dim: observation dimension ``D``.
-    :param alpha: IBP mass α > 0 (expected number of features per row).
-    :param beta: IBP concentration β > 0.
+    :param mass: the IBP's α > 0 (expected number of features per row; ``alpha`` before).
+    :param concentration: the IBP's β > 0 (``beta`` before).
     :param sigma_a: prior standard deviation σ_A of each feature entry.
     :param sigma_o: observation noise standard deviation σ_o.
     :param max_features: capacity ``K`` of the IBP matrix; ``None`` picks one that truncates
         with probability below 1e-6 (:func:`~numpyro_bnp.distributions.ibp_capacity`).
     """
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
-    _positive(alpha=alpha, beta=beta, sigma_a=sigma_a, sigma_o=sigma_o)
-    num_features = _capacity(alpha, beta, num_obs, max_features)
-    z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
+    _positive(mass=mass, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o)
+    num_features = _capacity(mass, concentration, num_obs, max_features)
+    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
+    z = numpyro.sample("Z", ibp)
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
     return _observe("obs", dist.Normal(z @ a, sigma_o), obs)
 
 
+@renamed_arguments(alpha="mass", beta="concentration")
 def factor_analysis(
     obs=None,
     *,
     num_obs,
     dim,
-    alpha=1.0,
-    beta=1.0,
+    mass=1.0,
+    concentration=1.0,
     sigma_a=1.0,
     sigma_o=0.1,
     sigma_w=1.0,
@@ -134,25 +151,30 @@ def factor_analysis(
         w_n \sim N(0, σ_w^2 I_K), \quad o_n \mid \cdot \sim N((z_n \odot w_n) A, σ_o^2 I_D).
 
     Sites: ``Z`` ``(num_obs, K)``, ``A`` ``(K, dim)``, ``W`` ``(num_obs, K)``, ``obs``
-    ``(num_obs, dim)``. ``sigma_w`` may be a ``(K,)`` array (a diagonal Σ_w). Other parameters as
-    in :func:`linear_gaussian`.
+    ``(num_obs, dim)``. ``sigma_w`` is the standard deviation σ_w of the weights; it may be a
+    ``(K,)`` array (a diagonal Σ_w). ``mass`` is the IBP's α, ``concentration`` its β; the other
+    parameters as in :func:`linear_gaussian`.
     """
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
-    _positive(alpha=alpha, beta=beta, sigma_a=sigma_a, sigma_o=sigma_o, sigma_w=sigma_w)
-    num_features = _capacity(alpha, beta, num_obs, max_features)
-    z = numpyro.sample("Z", RecursiveIBP(alpha, beta, num_rows=num_obs, max_features=num_features))
+    _positive(
+        mass=mass, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o, sigma_w=sigma_w
+    )
+    num_features = _capacity(mass, concentration, num_obs, max_features)
+    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
+    z = numpyro.sample("Z", ibp)
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
     w = numpyro.sample("W", dist.Normal(0.0, sigma_w).expand([num_obs, num_features]).to_event(2))
     return _observe("obs", dist.Normal((z * w) @ a, sigma_o), obs)
 
 
+@renamed_arguments(alpha="mass")
 def restricted_linear_gaussian(
     obs=None,
     *,
     num_obs,
     dim,
     count_dist,
-    alpha=1.0,
+    mass=1.0,
     concentration=1.0,
     sigma_a=1.0,
     sigma_o=0.1,
@@ -182,8 +204,9 @@ def restricted_linear_gaussian(
         :func:`~numpyro_bnp.distributions.exactly`), or one with batch shape ``(num_obs,)`` (a law
         per row: the partially exchangeable R-IBP of Doshi-Velez & Williamson 2017, §4); unbounded
         laws are cut to ``0..K`` and renormalised.
-    :param alpha: beta-process mass α, ``0 < α < K`` (the prior mean of ``Σ_k π_k``).
-    :param concentration: beta-process concentration ``c > 0``.
+    :param mass: the beta-process mass α, ``0 < α < K`` (the prior mean of ``Σ_k π_k``; ``alpha``
+        before).
+    :param concentration: the beta-process concentration ``c > 0``.
     :param sigma_a: prior standard deviation σ_A of each feature entry.
     :param sigma_o: observation noise standard deviation σ_o.
     :param max_features: number of atoms ``K``; ``None`` picks the IBP(α, c) capacity of
@@ -191,15 +214,15 @@ def restricted_linear_gaussian(
         use with probability below 1e-6).
     """
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
-    _positive(alpha=alpha, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o)
-    num_features = _capacity(alpha, concentration, num_obs, max_features)
-    if is_concrete(alpha) and not np.all(np.asarray(alpha) < num_features):
+    _positive(mass=mass, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o)
+    num_features = _capacity(mass, concentration, num_obs, max_features)
+    if is_concrete(mass) and not np.all(np.asarray(mass) < num_features):
         raise ValueError(
-            f"alpha must be < max_features: the weak-limit beta process gives each of the K = "
-            f"{num_features} atoms the prior Beta(c alpha/K, c - c alpha/K), which needs "
-            f"alpha < K; got alpha={alpha!r}. Increase max_features (K) or lower alpha"
+            f"mass must be < max_features: the weak-limit beta process gives each of the K = "
+            f"{num_features} atoms the prior Beta(c α/K, c - c α/K) with α the mass, which "
+            f"needs mass < K; got mass={mass!r}. Increase max_features (K) or lower mass"
         )
-    shape = concentration * alpha / num_features
+    shape = concentration * mass / num_features
     pi = numpyro.sample(
         "pi", dist.Beta(shape, concentration - shape).expand([num_features]).to_event(1)
     )
@@ -210,21 +233,23 @@ def restricted_linear_gaussian(
     return _observe("obs", dist.Normal(z @ a, sigma_o), obs)
 
 
-def _crm_truncation(mean_active, truncation):
-    """Default number of atoms of a CRM prior: the mean number used plus 12 sd plus 10."""
-    if truncation is not None:
-        return positive_int(truncation, "truncation")
+def _crm_truncation(mean_active, max_features):
+    """The number of atoms of a CRM prior draw (the CRM's ``truncation``): ``max_features``, by
+    default the mean number used plus 12 sd plus 10."""
+    if max_features is not None:
+        return positive_int(max_features, "max_features")
     return int(np.ceil(mean_active + 12.0 * np.sqrt(mean_active) + 10.0))
 
 
-def _crm_trait_model(obs, crm, count_fn, num_obs, dim, sigma0, sigma):
+def _crm_trait_model(obs, crm, count_fn, num_obs, dim, sigma_a, sigma_o):
     theta = numpyro.sample("theta", crm)
     num_atoms = jnp.shape(theta)[-1]  # follows the substituted value (samplers may resize it)
     x = numpyro.sample("X", count_fn(theta).expand([num_obs, num_atoms]).to_event(2))
-    psi = numpyro.sample("psi", dist.Normal(0.0, sigma0).expand([num_atoms, dim]).to_event(2))
-    return _observe("obs", dist.Normal(x @ psi, sigma), obs)
+    psi = numpyro.sample("psi", dist.Normal(0.0, sigma_a).expand([num_atoms, dim]).to_event(2))
+    return _observe("obs", dist.Normal(x @ psi, sigma_o), obs)
 
 
+@renamed_arguments(sigma="sigma_o", sigma0="sigma_a", truncation="max_features")
 def beta_bernoulli_linear_gaussian(
     obs=None,
     *,
@@ -232,9 +257,9 @@ def beta_bernoulli_linear_gaussian(
     dim,
     mass=1.0,
     concentration=1.0,
-    sigma=0.2,
-    sigma0=0.5,
-    truncation=None,
+    sigma_a=0.5,
+    sigma_o=0.2,
+    max_features=None,
 ):
     r"""Beta–Bernoulli linear-Gaussian feature model (Zhu, Bouchard-Côté & Campbell 2020, §4.1).
 
@@ -244,19 +269,32 @@ def beta_bernoulli_linear_gaussian(
 
     Sites: ``theta`` ``(K,)`` (the ``K`` largest atoms of the beta process), ``X`` ``(N, K)``,
     ``psi`` ``(K, D)``, ``obs`` ``(N, D)``. The paper's experiment uses ``mass = c = 1``,
-    ``concentration = 1``, ``(σ, σ_0) = (0.2, 0.5)``. ``truncation`` (default: the mean number of
-    features ``c Σ_n λ/(λ+n-1)`` plus a margin) only sizes prior draws; :class:`CRMSlice` is
-    untruncated up to its own capacity, and ``K`` follows the substituted ``theta``.
+    ``concentration = 1``, ``(σ, σ_0) = (0.2, 0.5)``.
+
+    :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
+    :param int num_obs: number of rows ``N``.
+    :param int dim: observation dimension ``D``.
+    :param mass: the beta process's mass ``c`` > 0 (the expected number of features per row).
+    :param concentration: its concentration λ > 0.
+    :param sigma_a: the paper's σ_0, prior standard deviation of each trait entry (``sigma0``
+        before).
+    :param sigma_o: the paper's σ, observation noise standard deviation (``sigma`` before).
+    :param max_features: the number ``K`` of atoms of a prior draw of ``theta`` (the
+        ``BetaProcess``'s ``truncation``; ``truncation`` before); ``None``: the mean number of
+        features ``c Σ_n λ/(λ+n-1)`` plus a margin. It only sizes prior draws:
+        :class:`~numpyro_bnp.infer.CRMSlice` is untruncated up to its own capacity, and ``K``
+        follows the substituted ``theta``.
     """
     num_obs, dim = _sizes(num_obs=num_obs, dim=dim)
-    _positive(mass=mass, concentration=concentration, sigma=sigma, sigma0=sigma0)
+    _positive(mass=mass, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o)
     mean_active = mass * float(np.sum(concentration / (concentration + np.arange(num_obs))))
-    crm = BetaProcess(mass, concentration, truncation=_crm_truncation(mean_active, truncation))
-    return _crm_trait_model(obs, crm, dist.Bernoulli, num_obs, dim, sigma0, sigma)
+    crm = BetaProcess(mass, concentration, truncation=_crm_truncation(mean_active, max_features))
+    return _crm_trait_model(obs, crm, dist.Bernoulli, num_obs, dim, sigma_a, sigma_o)
 
 
+@renamed_arguments(sigma="sigma_o", sigma0="sigma_a", truncation="max_features")
 def gamma_poisson_linear_gaussian(
-    obs=None, *, num_obs, dim, mass=1.0, rate=1.0, sigma=0.2, sigma0=0.5, truncation=None
+    obs=None, *, num_obs, dim, mass=1.0, rate=1.0, sigma_a=0.5, sigma_o=0.2, max_features=None
 ):
     r"""Gamma–Poisson linear-Gaussian model: rows use each feature a Poisson number of times.
 
@@ -266,15 +304,18 @@ def gamma_poisson_linear_gaussian(
 
     The gamma process has Lévy density ``γ θ^{-1} e^{-λθ}``: a row uses ``γ/λ`` features on
     average (with multiplicity) and ``N`` rows use ``γ log(1 + N/λ)`` distinct features on
-    average. Sites as in :func:`beta_bernoulli_linear_gaussian`.
+    average. ``mass`` is γ, ``rate`` is λ; ``sigma_a`` (σ_0), ``sigma_o`` (σ), ``max_features``
+    (default ``γ log(1 + N/λ)`` plus a margin) and the sites as in
+    :func:`beta_bernoulli_linear_gaussian`.
     """
     num_obs, dim = _sizes(num_obs=num_obs, dim=dim)
-    _positive(mass=mass, rate=rate, sigma=sigma, sigma0=sigma0)
+    _positive(mass=mass, rate=rate, sigma_a=sigma_a, sigma_o=sigma_o)
     mean_active = mass * float(np.log1p(num_obs / rate))
-    crm = GammaProcess(mass, rate, truncation=_crm_truncation(mean_active, truncation))
-    return _crm_trait_model(obs, crm, dist.Poisson, num_obs, dim, sigma0, sigma)
+    crm = GammaProcess(mass, rate, truncation=_crm_truncation(mean_active, max_features))
+    return _crm_trait_model(obs, crm, dist.Poisson, num_obs, dim, sigma_a, sigma_o)
 
 
+@renamed_arguments(truncation="max_features")
 def bnb_combinatorial_clustering(
     counts=None,
     *,
@@ -283,7 +324,7 @@ def bnb_combinatorial_clustering(
     mass=1.0,
     concentration=1.1,
     topic_concentration=0.1,
-    truncation=None,
+    max_features=None,
 ):
     r"""Beta–negative-binomial combinatorial clustering of documents (topic model; §4.2).
 
@@ -307,6 +348,12 @@ def bnb_combinatorial_clustering(
     :param counts: word-count matrix ``(num_docs, vocab_size)`` or ``None``.
     :param doc_lengths: ``(num_docs,)`` lengths ``N_d`` (they set ``r_d``).
     :param int vocab_size: ``V``.
+    :param mass: the beta process's α > 0.
+    :param concentration: its λ > 1.
+    :param topic_concentration: the Dirichlet parameter β of the topics.
+    :param max_features: the number ``K`` of topics (atoms) of a prior draw (the
+        ``BetaProcess``'s ``truncation``; ``truncation`` before); ``None``: the mean number of
+        topics used plus a margin.
     """
     (vocab_size,) = _sizes(vocab_size=vocab_size)
     _positive(mass=mass, topic_concentration=topic_concentration, doc_lengths=doc_lengths)
@@ -316,10 +363,11 @@ def bnb_combinatorial_clustering(
         raise ValueError(f"doc_lengths must have shape (num_docs,), got {doc_lengths.shape}")
     num_docs = doc_lengths.shape[0]
     r = doc_lengths * (concentration - 1.0) / (mass * concentration)
-    if truncation is None:
+    if max_features is None:
         mean = mass * float(np.sum(concentration / (concentration + np.arange(num_docs))))
-        truncation = _crm_truncation(mean, None)
-    theta = numpyro.sample("theta", BetaProcess(mass, concentration, truncation=truncation))
+        max_features = _crm_truncation(mean, None)
+    num_topics = positive_int(max_features, "max_features")
+    theta = numpyro.sample("theta", BetaProcess(mass, concentration, truncation=num_topics))
     num_atoms = jnp.shape(theta)[-1]
     topics = numpyro.sample(
         "topics",

@@ -23,7 +23,7 @@ from numpyro_bnp.distributions import RecursiveIBP, ibp_capacity, num_active_fea
 from numpyro_bnp.infer import AcceleratedIBPGibbs
 from numpyro_bnp.models import factor_analysis, linear_gaussian
 
-FIELDS = ("num_active", "parity", "log_joint", "saturated")
+FIELDS = ("num_active", "parity", "log_joint", "log_likelihood", "saturated")
 
 
 def _ess(draws):
@@ -57,21 +57,21 @@ def _run(x, chains, samples, chain_method, warmup=100, init_params=None, **model
 
 
 # ---------------------------------------------------------------------------- prior only
-PRIOR = dict(alpha=2.0, beta=2.5, num_rows=8)
+PRIOR = dict(mass=2.0, concentration=2.5, num_rows=8)
 
 
 @pytest.fixture(scope="module")
 def prior_run():
     """σ_o = 1e6: the likelihood is flat, the chain must sample the IBP(α, β) prior."""
-    capacity = ibp_capacity(PRIOR["alpha"], PRIOR["beta"], num_rows=PRIOR["num_rows"])
+    capacity = ibp_capacity(PRIOR["mass"], PRIOR["concentration"], num_rows=PRIOR["num_rows"])
     x = np.zeros((PRIOR["num_rows"], 1))
     mcmc = _run(
         x,
         4,
         1500,
         "vectorized",
-        alpha=PRIOR["alpha"],
-        beta=PRIOR["beta"],
+        mass=PRIOR["mass"],
+        concentration=PRIOR["concentration"],
         sigma_o=1e6,
         max_features=capacity,
     )
@@ -81,7 +81,7 @@ def prior_run():
 def test_prior_only_recovers_ibp_feature_count(prior_run):
     """E[K_active] = α Σ_n β/(β + n - 1) and E[Σ Z] = α N (β ≠ 1) within 4.5 MC s.e."""
     mcmc, capacity = prior_run
-    alpha, beta, n = PRIOR["alpha"], PRIOR["beta"], PRIOR["num_rows"]
+    alpha, beta, n = PRIOR["mass"], PRIOR["concentration"], PRIOR["num_rows"]
     k = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_active"], float)
     ones = np.asarray(mcmc.get_samples(group_by_chain=True)["Z"]).sum((-2, -1)).astype(float)
     exact_k = alpha * sum(beta / (beta + i) for i in range(n))
@@ -95,17 +95,19 @@ def test_prior_only_recovers_ibp_feature_count(prior_run):
 
 
 # ---------------------------------------------------------------------------- exact enumeration
-TINY = dict(alpha=1.5, beta=0.5, sigma_a=1.0, sigma_o=0.7, max_features=4)
+TINY = dict(mass=1.5, concentration=0.5, sigma_a=1.0, sigma_o=0.7, max_features=4)
 TINY_X = np.array([[1.0, 0.2], [0.9, -1.1], [-0.1, 1.0]])
 
 
-def _enumerate_posterior(x, alpha, beta, sigma_a, sigma_o, max_features):
+def _enumerate_posterior(x, mass, concentration, sigma_a, sigma_o, max_features):
     """Collapsed posterior over left-ordered classes with at most ``max_features`` columns.
 
     A class is a multiset of non-zero column patterns; its IBP(α, β) probability is
     ``(αβ)^K / Π_h K_h! · exp(-α Σ_n β/(β+n-1)) · Π_k Γ(m_k) Γ(N - m_k + β) / Γ(N + β)``
-    (Griffiths & Ghahramani 2011) and each column of ``x`` is ``N(0, σ_o² I + σ_a² Z Z^T)``.
+    (Griffiths & Ghahramani 2011; α = ``mass``, β = ``concentration``) and each column of ``x``
+    is ``N(0, σ_o² I + σ_a² Z Z^T)``.
     """
+    alpha, beta = mass, concentration
     n, d = x.shape
     patterns = [p for p in itertools.product([0, 1], repeat=n) if any(p)]
     harmonic = sum(beta / (beta + i) for i in range(n))
@@ -154,7 +156,8 @@ def test_matches_exact_enumeration(tiny_run):
 
 
 def test_state_diagnostics_are_consistent(tiny_run):
-    """parity / num_active / saturated match Z; log_joint equals an independent SciPy value."""
+    """parity / num_active / saturated match Z; log_joint and log_likelihood equal independent
+    SciPy values."""
     samples = tiny_run.get_samples()
     extra = tiny_run.get_extra_fields()
     z = np.asarray(samples["Z"])
@@ -162,10 +165,11 @@ def test_state_diagnostics_are_consistent(tiny_run):
     np.testing.assert_array_equal(extra["num_active"], num_active_features(z))
     assert np.all(np.asarray(extra["saturated"])[extra["num_active"] == TINY["max_features"]])
     assert np.asarray(RecursiveIBP(1.0, num_rows=3, max_features=4).support(z)).all()
-    prior = RecursiveIBP(TINY["alpha"], TINY["beta"], num_rows=3, max_features=4)
+    prior = RecursiveIBP(TINY["mass"], TINY["concentration"], num_rows=3, max_features=4)
     for s in range(0, len(z), 997):
         cov = TINY["sigma_o"] ** 2 * np.eye(3) + TINY["sigma_a"] ** 2 * z[s] @ z[s].T
         lik = sum(multivariate_normal(np.zeros(3), cov).logpdf(TINY_X[:, j]) for j in range(2))
+        np.testing.assert_allclose(extra["log_likelihood"][s], lik, rtol=1e-10)
         np.testing.assert_allclose(extra["log_joint"][s], prior.log_prob(z[s]) + lik, rtol=1e-10)
 
 

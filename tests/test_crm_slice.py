@@ -56,7 +56,7 @@ BB_BURN_IN = 100  # draws after the saturated start, dropped
 def bb_prior():
     """One beta–Bernoulli prior-only run, 4 vectorized chains: 20 sweeps on a buffer of 4 atoms
     (saturated), then :meth:`CRMSlice.grow` to 64 atoms and 1,600 more sweeps."""
-    kernel = CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_atoms=4)
+    kernel = CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_features=4)
     mcmc = run(kernel, 20, num_warmup=0, **BB_PRIOR)
     small = {
         "samples": mcmc.get_samples(group_by_chain=True),
@@ -89,7 +89,7 @@ def test_saturation_is_reported_and_grow_continues(bb_prior):
     mcmc = bb_prior["mcmc"]
     assert not np.any(mcmc.get_extra_fields()["saturated"])
     assert mcmc.get_samples()["X"].shape == (4 * 1600, 6, 64)
-    with pytest.raises(ValueError, match="max_atoms"):
+    with pytest.raises(ValueError, match="max_features"):
         bb_prior["kernel"].grow(state, 8)
 
 
@@ -98,7 +98,7 @@ def test_chain_methods_agree(bb_prior):
     # "parallel" without host devices: numpyro warns and runs the chains sequentially
     with pytest.warns(UserWarning, match="not enough devices"):
         mcmc = MCMC(
-            CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_atoms=4),
+            CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_features=4),
             num_warmup=0,
             num_samples=20,
             num_chains=4,
@@ -116,34 +116,35 @@ def test_prior_only_two_parameter_ibp_moves_the_marks(representation):
     # IBP(α, β = 2) read as BetaProcess(α, 2): the marks are sampled — Bondesson V ~ Beta(1, 1),
     # or the rejection series' acceptance uniforms (dominating measure γ C θ^{-1}, kept with
     # probability 1 - θ)
-    alpha, beta, n = 1.0, 2.0, 5
+    mass, concentration, n = 1.0, 2.0, 5
     mcmc = run(
-        CRMSlice(linear_gaussian, representation=representation, xi_scale=3.0, max_atoms=64),
+        CRMSlice(linear_gaussian, representation=representation, xi_scale=3.0, max_features=64),
         900,  # ESS about 220 (K+ mixes well here)
         num_obs=n,
         dim=1,
-        alpha=alpha,
-        beta=beta,
+        mass=mass,
+        concentration=concentration,
     )
     extra = mcmc.get_extra_fields(group_by_chain=True)
     assert not np.any(extra["saturated"])
     assert 0.1 < float(extra["accept_marks"].mean()) < 0.99
-    truth = float(RecursiveIBP(alpha, beta, num_rows=n, max_features=1).expected_num_features()[-1])
+    ibp = RecursiveIBP(mass, concentration, num_rows=n, max_features=1)
+    truth = float(ibp.expected_num_features()[-1])
     check_mean(extra["num_active"], truth)
 
 
 @pytest.mark.parametrize(
-    "representation, num_samples, max_atoms",
+    "representation, num_samples, max_features",
     [("bondesson", 1500, 40), ("rejection", 2000, 60)],  # rejection: Rosiński's series
 )
-def test_prior_only_gamma_poisson_matches_log_formula(representation, num_samples, max_atoms):
+def test_prior_only_gamma_poisson_matches_log_formula(representation, num_samples, max_features):
     mass, rate, n = 1.5, 1.0, 6
     mcmc = run(
         CRMSlice(
             gamma_poisson_linear_gaussian,
             representation=representation,
             xi_scale=3.0,
-            max_atoms=max_atoms,
+            max_features=max_features,
         ),
         num_samples,
         num_obs=n,
@@ -170,7 +171,7 @@ def negative_binomial_model(obs=None, *, num_obs=3, total_count=2.0, mass=1.0):
 
 def test_prior_only_beta_negative_binomial():
     # P(atom unused by N rows) = (1-θ)^{N r}: with λ = 1, E[K+] = c H_{N r} for integer N r
-    mcmc = run(CRMSlice(negative_binomial_model, xi_scale=3.0, max_atoms=40), 1500)
+    mcmc = run(CRMSlice(negative_binomial_model, xi_scale=3.0, max_features=40), 1500)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     assert not np.any(extra["saturated"])
     check_mean(extra["num_active"], harmonic(6))
@@ -180,9 +181,9 @@ def test_prior_only_beta_negative_binomial():
 # Geweke: successive-conditional draws (y | X, ψ, then one sweep) keep the joint prior
 # ---------------------------------------------------------------------------------------------
 def test_geweke_successive_conditional_keeps_the_joint():
-    n, mass, sigma, sigma0 = 3, 1.0, 0.5, 1.0
-    kernel = CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=2.0, max_atoms=30)
-    kwargs = dict(num_obs=n, dim=1, mass=mass, sigma=sigma, sigma0=sigma0)
+    n, mass, sigma_o, sigma_a = 3, 1.0, 0.5, 1.0
+    kernel = CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=2.0, max_features=30)
+    kwargs = dict(num_obs=n, dim=1, mass=mass, sigma_o=sigma_o, sigma_a=sigma_a)
     obs = jnp.zeros((n, 1))
     states = jax.vmap(lambda k: kernel.init(k, 0, None, (obs,), kwargs))(
         random.split(random.PRNGKey(1), 4)
@@ -191,7 +192,7 @@ def test_geweke_successive_conditional_keeps_the_joint():
     def step(state, key):
         x, psi = state.z["X"], state.z["psi"]
         mean = x.astype(psi.dtype) @ psi
-        y = mean + sigma * random.normal(key, mean.shape, mean.dtype)
+        y = mean + sigma_o * random.normal(key, mean.shape, mean.dtype)
         state = kernel._sample_one(state._replace(obs=y, residual=y - mean))
         return state, (state.num_active, jnp.mean(y**2))
 
@@ -201,7 +202,103 @@ def test_geweke_successive_conditional_keeps_the_joint():
     k_plus, y2 = jax.jit(jax.vmap(chain))(states, random.split(random.PRNGKey(2), 4))
     k_plus, y2 = np.asarray(k_plus)[:, 100:], np.asarray(y2)[:, 100:]
     check_mean(k_plus, mass * harmonic(n))
-    check_mean(y2, sigma**2 + sigma0**2 * mass)  # E[y²] = σ² + σ_0² E[Σ_k X_nk]
+    check_mean(y2, sigma_o**2 + sigma_a**2 * mass)  # E[y²] = σ² + σ_0² E[Σ_k X_nk]
+
+
+# ---------------------------------------------------------------------------------------------
+# log_joint: the log density of the sampler's target at its state, against the model's own
+# ---------------------------------------------------------------------------------------------
+LJ_Y = np.random.default_rng(3).normal(size=(4, 2))
+LJ_MODELS = {  # model, its kwargs, Lévy log density log ν(θ), h_0(θ) = P(a row does not use θ)
+    "beta_bernoulli": (
+        beta_bernoulli_linear_gaussian,
+        dict(mass=1.5, concentration=2.0, sigma_a=0.8, sigma_o=0.5),
+        lambda t: np.log(1.5 * 2.0) - np.log(t) + (2.0 - 1.0) * np.log1p(-t),
+        lambda t: 1.0 - t,
+    ),
+    "gamma_poisson": (
+        gamma_poisson_linear_gaussian,
+        dict(mass=1.5, rate=1.0, sigma_a=0.8, sigma_o=0.5),
+        lambda t: np.log(1.5) - np.log(t) - 1.0 * t,
+        lambda t: np.exp(-t),
+    ),
+}
+
+
+def _expected_used_after(log_nu, h0, upper, scale=1.0):
+    """Λ = ∫_0^upper (1 - h_0(ρθ)^N) ν(θ) dθ by SciPy: the expected number of atoms after the
+    last instantiated one that some row uses."""
+    from scipy import integrate
+
+    n = LJ_Y.shape[0]
+
+    def f(t):
+        return (1.0 - h0(scale * t) ** n) * np.exp(log_nu(t))
+
+    return integrate.quad(f, 0.0, upper, limit=200, epsabs=1e-13, epsrel=1e-11)[0]
+
+
+@pytest.mark.parametrize(
+    "name, representation",
+    [
+        ("beta_bernoulli", "inverse_levy"),
+        ("beta_bernoulli", "bondesson"),  # V ~ Beta(1, 1): marks sampled
+        ("gamma_poisson", "inverse_levy"),
+    ],
+)
+def test_log_joint_is_the_models_log_density_at_the_state(name, representation):
+    """``log_joint`` = ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` with the tail integrated out.
+
+    The counts, traits and data terms come from ``numpyro.infer.util.log_density`` of the model
+    with ``max_features = K`` at the state's values; the atoms' term is ``-Γ_K`` (first ``K``
+    arrivals of a unit-rate Poisson process), and for the inverse-Lévy series, whose atoms are
+    the model's ``K`` largest (``Γ_k = N(θ_k)``), the model's own density of ``θ`` minus the
+    Jacobian ``Σ_k log ν(θ_k)``; minus ``Λ``, SciPy's quadrature.
+    """
+    from numpyro.infer.util import log_density
+
+    model, kwargs, log_nu, h0 = LJ_MODELS[name]
+    kwargs = dict(num_obs=4, dim=2, **kwargs)
+    kernel = CRMSlice(model, representation=representation, xi_scale=2.0, max_features=16)
+    args = (jnp.asarray(LJ_Y),)
+    state = kernel.init(random.PRNGKey(0), 0, None, args, kwargs)
+    # no atom: exp(-Λ(0)) and the data given X ψ = 0
+    top = 1.0 if name == "beta_bernoulli" else np.inf  # the largest possible atom
+    noise = -0.5 * np.sum(LJ_Y**2) / 0.25 - LJ_Y.size * np.log(0.5 * np.sqrt(2 * np.pi))
+    empty = noise - _expected_used_after(log_nu, h0, top)
+    np.testing.assert_allclose(float(state.log_joint), empty, rtol=1e-9)
+    sweep = jax.jit(lambda s: kernel.sample(s, args, kwargs))
+    checked = set()
+    for _ in range(8):
+        state = sweep(state)
+        k = int(state.num_atoms)
+        checked.add(k)
+        if k == 0:
+            np.testing.assert_allclose(float(state.log_joint), empty, rtol=1e-9)
+            continue
+        values = {
+            "theta": state.z["theta"][:k],
+            "X": state.z["X"][:, :k],
+            "psi": state.z["psi"][:k],
+        }
+        theta, last = np.asarray(values["theta"]), float(state.arrivals[k - 1])
+        if representation == "inverse_levy":
+            model_lp, trace = log_density(model, args, dict(kwargs, max_features=k), values)
+            atoms = float(model_lp) - np.sum(log_nu(theta))
+            upper, scale = theta[-1], 1.0
+        else:  # Bondesson atoms are not in order: the model's density of θ does not apply
+            given = numpyro.handlers.substitute(model, {"theta": values.pop("theta")})
+            others = numpyro.handlers.block(given, hide=["theta"])  # log p(X, ψ, y | θ)
+            model_lp, trace = log_density(others, args, dict(kwargs, max_features=k), values)
+            atoms = float(model_lp) - last  # -Γ_K: the atoms in the sampler's coordinates
+            upper = top
+            scale = np.exp(-last / (1.5 * 2.0))  # ρ = e^{-Γ_K/c}, Bondesson's c = γλ
+        lam = _expected_used_after(log_nu, h0, upper, scale)
+        np.testing.assert_allclose(float(state.log_joint), atoms - lam, rtol=1e-9)
+        obs = trace["obs"]
+        log_lik = float(obs["fn"].log_prob(obs["value"]).sum())
+        np.testing.assert_allclose(float(state.log_likelihood), log_lik, rtol=1e-9)
+    assert len(checked) > 1  # several numbers of atoms
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +324,7 @@ def recovery_run(synthetic):
         chain_method="vectorized",
         progress_bar=False,
     )
-    mcmc.run(random.PRNGKey(0), y, num_obs=200, dim=12, alpha=1.0, sigma_o=0.2)
+    mcmc.run(random.PRNGKey(0), y, num_obs=200, dim=12, mass=1.0, sigma_o=0.2)
     return mcmc
 
 
@@ -326,13 +423,13 @@ def test_bad_arguments():
         CRMSlice(linear_gaussian, representation="stick")
     with pytest.raises(ValueError, match="xi_scale"):
         CRMSlice(linear_gaussian, xi_scale=0.0)
-    with pytest.raises(ValueError, match="max_atoms"):
-        CRMSlice(linear_gaussian, max_atoms=0)
+    with pytest.raises(ValueError, match="max_features"):
+        CRMSlice(linear_gaussian, max_features=0)
     # IBP(α, β < 1) has no Bondesson representation: the error says which prior and why
     kernel = CRMSlice(linear_gaussian)
     mcmc = MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False)
     with pytest.raises(ValueError, match=r"site 'Z'.*concentration >= 1"):
-        mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, beta=0.5)
+        mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, concentration=0.5)
     mcmc = MCMC(
         CRMSlice(linear_gaussian, representation="rejection"),
         num_warmup=1,
@@ -340,7 +437,7 @@ def test_bad_arguments():
         progress_bar=False,
     )
     with pytest.raises(ValueError, match=r"site 'Z'.*concentration \+ discount >= 1"):
-        mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, beta=0.5)
+        mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, concentration=0.5)
 
 
 @pytest.mark.parametrize("crm", [BetaProcess(2.0, truncation=4), GammaProcess(2.0, truncation=4)])

@@ -47,7 +47,7 @@ PURITY = (BETA + 1.0) / (VOCAB * BETA + 1.0)
 # ---------------------------------------------------------------------------------------------
 def test_prior_only_matches_digamma_formula():
     mcmc = MCMC(
-        CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_atoms=32),
+        CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=32),
         num_warmup=200,
         num_samples=800,
         num_chains=8,
@@ -131,7 +131,7 @@ def test_geweke_successive_conditional_keeps_the_joint():
     # Both steps keep every document's length, so each chain stays on its lengths: started from
     # exact joint prior draws (independent chains), every later state is again a joint prior
     # draw. Chains are i.i.d., so the standard error comes from the spread of the chain means.
-    kernel = CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_atoms=CAP)
+    kernel = CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=CAP)
     template_counts = np.zeros((len(R), VOCAB), np.int64)
     template_counts[0, 0] = TOKENS  # the token buffer holds TOKENS words per document
     kwargs = {k: v for k, v in TINY.items()}
@@ -161,6 +161,56 @@ def test_geweke_successive_conditional_keeps_the_joint():
 
 
 # ---------------------------------------------------------------------------------------------
+# log_joint: the log density of the sampler's target at its state
+# ---------------------------------------------------------------------------------------------
+def test_log_joint_is_the_collapsed_log_density_at_the_state():
+    """``log_joint`` = atoms (``-Γ_K``, Bondesson) + ``Σ log NB(X_dk | r_d, θ_k)`` (the rates
+    integrated out) + ``Σ_k log Dir(ψ_k; β)`` + the tokens' words and topics given ``X``
+    (``Σ log ψ_{z w} + Σ log X_dk! - Σ log y_dv!``) - Λ, from SciPy (NumPyro's
+    ``NegativeBinomialProbs`` is off by 1e-6 here) and NumPyro's ``Dirichlet``."""
+    from scipy import integrate, stats
+    from scipy.special import gammaln
+
+    counts = np.random.default_rng(5).poisson(1.5, size=(len(R), VOCAB))
+    kernel = CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=16)
+    args = (jnp.asarray(counts),)
+    state = kernel.init(random.PRNGKey(0), 0, None, args, TINY)
+    sweep = jax.jit(lambda s: kernel.sample(s, args, TINY))
+    c = MASS * CONC  # Bondesson: θ = V e^{-Γ/c}, V ~ Beta(1, λ - 1)
+
+    def log_nu(t):
+        return np.log(MASS * CONC) - np.log(t) + (CONC - 1.0) * np.log1p(-t)
+
+    for _ in range(6):
+        state = sweep(state)
+        k = int(state.num_atoms)
+        theta = np.asarray(state.z["theta"][:k])
+        x, topics = np.asarray(state.counts[:, :k]), np.asarray(state.z["topics"][:k])
+        words, topic_of = np.asarray(state.obs), np.asarray(state.allocation)
+        valid = words >= 0
+        last = float(state.arrivals[k - 1])
+        rho = np.exp(-last / c)
+        lam = integrate.quad(
+            lambda t, rho=rho: (1.0 - (1.0 - rho * t) ** R.sum()) * np.exp(log_nu(t)),
+            0.0,
+            1.0,
+            limit=200,
+            epsabs=1e-13,
+        )[0]
+        tokens = np.log(topics[topic_of[valid], words[valid]]).sum()
+        ref = (
+            -last
+            + stats.nbinom.logpmf(x, R[:, None], 1.0 - theta).sum()  # NB(r_d, θ_k) counts
+            + float(dist.Dirichlet(jnp.full(VOCAB, BETA)).log_prob(jnp.asarray(topics)).sum())
+            + tokens
+            + gammaln(x + 1.0).sum()
+            - gammaln(counts + 1.0).sum()
+            - lam
+        )
+        np.testing.assert_allclose(float(state.log_joint), ref, rtol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
 # recovery of three well-separated topics; ArviZ
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -176,7 +226,7 @@ def documents():
 def topic_run(documents):
     counts, _ = documents
     mcmc = MCMC(
-        CRMSlice(bnb_combinatorial_clustering, max_atoms=20),
+        CRMSlice(bnb_combinatorial_clustering, max_features=20),
         num_warmup=200,
         num_samples=100,
         num_chains=2,

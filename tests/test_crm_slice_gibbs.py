@@ -28,10 +28,10 @@ CRM_SITES = ["theta", "X", "psi"]
 
 def hyper_model(obs=None, *, num_obs=3, dim=1):
     """The beta–Bernoulli model with Gamma priors on the noise and trait scales."""
-    sigma = numpyro.sample("sigma", dist.Gamma(10.0, 20.0))  # mean 0.5, sd 0.16
-    sigma0 = numpyro.sample("sigma0", dist.Gamma(10.0, 10.0))  # mean 1, sd 0.32
+    sigma_o = numpyro.sample("sigma_o", dist.Gamma(10.0, 20.0))  # mean 0.5, sd 0.16
+    sigma_a = numpyro.sample("sigma_a", dist.Gamma(10.0, 10.0))  # mean 1, sd 0.32
     return beta_bernoulli_linear_gaussian(
-        obs, num_obs=num_obs, dim=dim, sigma=sigma, sigma0=sigma0, truncation=20
+        obs, num_obs=num_obs, dim=dim, sigma_o=sigma_o, sigma_a=sigma_a, max_features=20
     )
 
 
@@ -42,7 +42,7 @@ def test_geweke_gibbs_with_nuts_keeps_the_joint():
     kernel = Gibbs(
         [
             (CRMSlice(hyper_model, xi_scale=2.0), CRM_SITES),
-            (NUTS(hyper_model, max_tree_depth=4), ["sigma", "sigma0"]),
+            (NUTS(hyper_model, max_tree_depth=4), ["sigma_o", "sigma_a"]),
         ]
     )
     y0 = jnp.zeros((n, 1))
@@ -59,18 +59,19 @@ def test_geweke_gibbs_with_nuts_keeps_the_joint():
     def step(state, key):
         v = constrain(state.z)
         mean = v["X"].astype(v["psi"].dtype) @ v["psi"]
-        y = mean + v["sigma"] * random.normal(key, mean.shape, mean.dtype)
+        y = mean + v["sigma_o"] * random.normal(key, mean.shape, mean.dtype)
         state = kernel.sample(state, (y,), {})
-        return state, (state.block_states[0].num_active, v["sigma"], v["sigma0"], jnp.mean(y**2))
+        out = (state.block_states[0].num_active, v["sigma_o"], v["sigma_a"], jnp.mean(y**2))
+        return state, out
 
     def chain(state, key):
         return lax.scan(step, state, random.split(key, steps))[1]
 
     out = jax.jit(jax.vmap(chain))(states, random.split(random.PRNGKey(2), chains))
-    k_plus, sigma, sigma0, y2 = (np.asarray(o)[:, warmup + 100 :] for o in out)
+    k_plus, sigma_o, sigma_a, y2 = (np.asarray(o)[:, warmup + 100 :] for o in out)
     check_mean(k_plus, 1.0 + 1.0 / 2.0 + 1.0 / 3.0)  # E[K+] = c H_N, c = 1
-    check_mean(sigma, 0.5)
-    check_mean(sigma0, 1.0)
+    check_mean(sigma_o, 0.5)
+    check_mean(sigma_a, 1.0)
     # E[y²] = E[σ²] + E[σ_0²] E[Σ_k X_nk] = (0.025 + 0.25) + (0.1 + 1) c
     check_mean(y2, 0.275 + 1.1)
 
@@ -85,14 +86,16 @@ def synthetic():
 
 
 def noise_model(obs=None, *, num_obs, dim):
-    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-    return beta_bernoulli_linear_gaussian(obs, num_obs=num_obs, dim=dim, sigma=sigma, sigma0=1.0)
+    sigma_o = numpyro.sample("sigma_o", dist.HalfNormal(1.0))
+    return beta_bernoulli_linear_gaussian(
+        obs, num_obs=num_obs, dim=dim, sigma_o=sigma_o, sigma_a=1.0
+    )
 
 
 @pytest.fixture(scope="module")
 def gibbs_run(synthetic):
     y, _ = synthetic
-    kernel = Gibbs([(CRMSlice(noise_model), CRM_SITES), (NUTS(noise_model), ["sigma"])])
+    kernel = Gibbs([(CRMSlice(noise_model), CRM_SITES), (NUTS(noise_model), ["sigma_o"])])
     mcmc = MCMC(kernel, num_warmup=250, num_samples=150, progress_bar=False)
     fields = ("block_states.0.num_active", "block_states.0.saturated")
     mcmc.run(random.PRNGKey(0), y, num_obs=100, dim=12, extra_fields=fields)
@@ -107,11 +110,11 @@ def test_gibbs_recovers_noise_and_features(synthetic, gibbs_run):
     assert np.mean(k_plus == 3) > 0.8, np.bincount(k_plus)
     samples = gibbs_run.get_samples()
     # σ | y is about N(σ̂, σ²/(2 N D)) with σ̂ the residual scale: sd 0.3/sqrt(2400) = 0.006
-    sigma = np.asarray(samples["sigma"])
-    ess = float(arviz().ess(sigma[None]))
-    se = np.sqrt(0.3**2 / (2 * y.size) + sigma.var() / ess)
-    assert abs(sigma.mean() - 0.3) < 4 * se, (sigma.mean(), se, ess)
-    assert 0.5 * 0.006 < sigma.std() < 2 * 0.006
+    sigma_o = np.asarray(samples["sigma_o"])
+    ess = float(arviz().ess(sigma_o[None]))
+    se = np.sqrt(0.3**2 / (2 * y.size) + sigma_o.var() / ess)
+    assert abs(sigma_o.mean() - 0.3) < 4 * se, (sigma_o.mean(), se, ess)
+    assert 0.5 * 0.006 < sigma_o.std() < 2 * 0.006
     x, psi = np.asarray(samples["X"][-1]), np.asarray(samples["psi"][-1])
     found = psi[x.any(0)]
     dist_matrix = np.abs(found[:, None, :] - features[None]).max(-1)
@@ -122,8 +125,8 @@ def test_gibbs_recovers_noise_and_features(synthetic, gibbs_run):
 def test_gibbs_exports_to_arviz(gibbs_run):
     data = from_numpyro(gibbs_run)
     posterior = group(data, "posterior")
-    assert set(posterior.data_vars) == {"sigma", "theta", "X", "psi"}
-    assert posterior["sigma"].shape == (1, 150)
+    assert set(posterior.data_vars) == {"sigma_o", "theta", "X", "psi"}
+    assert posterior["sigma_o"].shape == (1, 150)
     log_lik = group(data, "log_likelihood")["obs"].values
     assert log_lik.shape[:2] == (1, 150) and np.all(np.isfinite(log_lik))
     # the exported atoms are decreasing then zero: the CRM density is finite there
@@ -152,12 +155,14 @@ def test_crm_density_of_zero_padded_atoms():
 # ---------------------------------------------------------------------------------------------
 def mass_model(obs=None, *, num_obs=4, dim=1):
     mass = numpyro.sample("mass", dist.Gamma(2.0, 2.0))
-    return beta_bernoulli_linear_gaussian(obs, num_obs=num_obs, dim=dim, mass=mass, truncation=10)
+    return beta_bernoulli_linear_gaussian(obs, num_obs=num_obs, dim=dim, mass=mass, max_features=10)
 
 
 def gamma_poisson_hyper(obs=None, *, num_obs=4, dim=1):
-    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-    return gamma_poisson_linear_gaussian(obs, num_obs=num_obs, dim=dim, sigma=sigma, truncation=10)
+    sigma_o = numpyro.sample("sigma_o", dist.HalfNormal(1.0))
+    return gamma_poisson_linear_gaussian(
+        obs, num_obs=num_obs, dim=dim, sigma_o=sigma_o, max_features=10
+    )
 
 
 def run_gibbs(model, hyper, **kernel_kwargs):
@@ -172,10 +177,10 @@ def test_gibbs_block_errors_name_the_problem():
         run_gibbs(mass_model, "mass")
     for representation in ("bondesson", "rejection"):  # atoms out of order
         with pytest.raises(ValueError, match="representation='inverse_levy'"):
-            run_gibbs(gamma_poisson_hyper, "sigma", representation=representation)
-    with pytest.raises(ValueError, match="truncation 10 as its capacity"):
-        run_gibbs(gamma_poisson_hyper, "sigma", representation="inverse_levy", max_atoms=30)
+            run_gibbs(gamma_poisson_hyper, "sigma_o", representation=representation)
+    with pytest.raises(ValueError, match="10 atoms of the model's CRM site as its capacity"):
+        run_gibbs(gamma_poisson_hyper, "sigma_o", representation="inverse_levy", max_features=30)
     # standalone, a latent hyper-parameter is named, with the way out
     mcmc = MCMC(CRMSlice(gamma_poisson_hyper), num_warmup=1, num_samples=1, progress_bar=False)
-    with pytest.raises(ValueError, match=r"\['sigma'\].*another block of numpyro.infer.Gibbs"):
+    with pytest.raises(ValueError, match=r"\['sigma_o'\].*another block of numpyro.infer.Gibbs"):
         mcmc.run(random.PRNGKey(0), jnp.zeros((4, 1)))

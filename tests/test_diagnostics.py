@@ -62,7 +62,7 @@ def test_summary_has_only_label_invariant_rows(ibp_run):
     table = summary(mcmc, pairs=[(0, 1), (2, 5)])
     assert list(table.index) == [
         "num_active",
-        "log_lik",
+        "log_likelihood",
         "parity",
         "cooccurrence[0-1]",
         "cooccurrence[2-5]",
@@ -81,8 +81,8 @@ def test_summary_has_only_label_invariant_rows(ibp_run):
     values, _ = label_invariants(
         mcmc.get_samples(group_by_chain=True), models.linear_gaussian, (data,), MODEL_KW
     )
-    np.testing.assert_allclose(values["log_lik"][1, 7], direct, rtol=1e-5)
-    for name in ("num_active", "log_lik"):  # they vary over the draws: R-hat is defined
+    np.testing.assert_allclose(values["log_likelihood"][1, 7], direct, rtol=1e-5)
+    for name in ("num_active", "log_likelihood"):  # they vary over the draws: R-hat is defined
         assert np.isfinite(table.loc[name, "r_hat"])
 
 
@@ -128,12 +128,12 @@ def test_export_names_rows_features_and_dimensions(ibp_run):
         ),
         (
             models.gamma_poisson_linear_gaussian,
-            dict(num_obs=5, dim=3, truncation=4),
+            dict(num_obs=5, dim=3, max_features=4),
             {"theta": ["feature"], "X": ["row", "feature"], "psi": ["feature", "dim"]},
         ),
         (
             models.bnb_combinatorial_clustering,
-            dict(doc_lengths=np.full(5, 6.0), vocab_size=3, truncation=4),
+            dict(doc_lengths=np.full(5, 6.0), vocab_size=3, max_features=4),
             {"theta": ["feature"], "topics": ["feature", "dim"], "rates": ["row", "feature"]},
         ),
     ],
@@ -183,12 +183,12 @@ def _normal_loglik(obs, mean, scale):
         ),
         (
             models.beta_bernoulli_linear_gaussian,
-            dict(sigma=0.5, truncation=3),
+            dict(sigma_o=0.5, max_features=3),
             lambda s: s["X"] @ s["psi"],
         ),
         (
             models.gamma_poisson_linear_gaussian,
-            dict(sigma=0.5, truncation=3),
+            dict(sigma_o=0.5, max_features=3),
             lambda s: s["X"] @ s["psi"],
         ),
     ],
@@ -206,7 +206,7 @@ def test_ready_models_observe_one_row_at_a_time(model, kwargs, mean):
 
 def test_topic_model_observes_one_document_at_a_time():
     counts = np.random.default_rng(4).poisson(2.0, size=(4, 6))
-    kwargs = dict(doc_lengths=np.full(4, 12.0), vocab_size=6, truncation=3)
+    kwargs = dict(doc_lengths=np.full(4, 12.0), vocab_size=6, max_features=3)
     model = models.bnb_combinatorial_clustering
     draw = Predictive(model, num_samples=1)(jax.random.PRNGKey(5), **kwargs)
     draw = {k: v for k, v in draw.items() if k != "counts"}
@@ -233,7 +233,7 @@ def _by_hand(test_row, a, probs, sigma):
     return logsumexp(log_prior + log_lik), log_prior, log_lik
 
 
-LG_KW = dict(num_obs=6, dim=3, sigma_o=0.5, beta=2.0, max_features=4)
+LG_KW = dict(num_obs=6, dim=3, sigma_o=0.5, concentration=2.0, max_features=4)
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +294,7 @@ def test_summary_adds_one_log_predictive_row_per_held_out_row(ibp_run):
     table = summary(mcmc, pairs=[(0, 1)], test_obs=test, round_to="none")
     assert list(table.index) == [
         "num_active",
-        "log_lik",
+        "log_likelihood",
         "parity",
         "cooccurrence[0-1]",
         "log_predictive[0]",
@@ -314,7 +314,7 @@ def test_summary_adds_one_log_predictive_row_per_held_out_row(ibp_run):
     "model, kwargs, match",
     [
         (models.factor_analysis, dict(max_features=3), "not other per-row latent sites"),
-        (models.gamma_poisson_linear_gaussian, dict(truncation=3), "has a Poisson distribution"),
+        (models.gamma_poisson_linear_gaussian, dict(max_features=3), "has a Poisson distribution"),
         (
             models.restricted_linear_gaussian,
             dict(count_dist=exactly(1), max_features=3),
@@ -360,7 +360,7 @@ def test_constant_quantities_do_not_warn():
         )
     constant = ["num_active", "parity", "cooccurrence[0-1]", "cooccurrence[0-6]"]
     assert table.loc[constant, "sd"].eq(0).all() and table.loc[constant, "r_hat"].isna().all()
-    assert np.isfinite(table.loc["log_lik", "r_hat"])
+    assert np.isfinite(table.loc["log_likelihood", "r_hat"])
     assert np.isfinite(table.loc["log_predictive[0]", "r_hat"])
 
 
@@ -397,7 +397,7 @@ def test_summary_of_numpyros_discrete_hmc_gibbs(ibp_run):
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     values, _ = label_invariants(samples, truncated_beta_bernoulli, (data,), kwargs)
     z, a, pi = samples["Z"][1, 9], samples["A"][1, 9], samples["pi"][1, 9]
-    np.testing.assert_allclose(values["log_lik"][1, 9], norm.logpdf(data, z @ a, 0.5).sum())
+    np.testing.assert_allclose(values["log_likelihood"][1, 9], norm.logpdf(data, z @ a, 0.5).sum())
     predictive = log_predictive(samples, truncated_beta_bernoulli, (data,), kwargs, test_obs=test)
     np.testing.assert_allclose(predictive[1, 9, 0], _by_hand(test[0], a, pi, 0.5)[0], rtol=1e-8)
 
@@ -426,7 +426,7 @@ def stream():
         progress_bar=False,
         chunk_size=64,
         dim=S_DIM,
-        alpha=1.0,
+        mass=1.0,
         sigma_o=S_SIGMA,
     )
     return result, data[:400], data[400:]
@@ -442,7 +442,7 @@ def test_summary_of_a_streaming_result(stream):
     )
     assert list(table.index) == [
         "num_active",
-        "log_lik",
+        "log_likelihood",
         "parity",
         "cooccurrence[0-1]",
         "cooccurrence[0-50]",
@@ -453,16 +453,16 @@ def test_summary_of_a_streaming_result(stream):
     ]
     # 100 rows use every active feature of every draw
     assert abs(table.loc["num_active", "mean"] - result.num_active) < 0.1
-    for name in ("log_lik", "log_predictive[0]", "log_predictive[2]"):
+    for name in ("log_likelihood", "log_predictive[0]", "log_predictive[2]"):
         # 4 x 250 independent draws: ESS about 1000, R-hat about 1
         assert 700 < table.loc[name, "ess_bulk"] < 1400
         assert abs(table.loc[name, "r_hat"] - 1.0) < 0.02
-    # log_lik against other draws of the same posterior, by hand: Normal(Z A, σ²) of the rows
+    # log_likelihood against other draws of the same posterior, by hand: Normal(Z A, σ²) of the rows
     draws = result.posterior_samples(jax.random.PRNGKey(7), 1000, obs=rows)
     mean = np.einsum("smk,skd->smd", np.asarray(draws["Z"]), np.asarray(draws["A"]))
     by_hand = norm.logpdf(rows, mean, S_SIGMA).sum((1, 2))
-    se = np.sqrt(by_hand.var() / 1000 + table.loc["log_lik", "sd"] ** 2 / 1000)
-    assert abs(table.loc["log_lik", "mean"] - by_hand.mean()) < 4 * se
+    se = np.sqrt(by_hand.var() / 1000 + table.loc["log_likelihood", "sd"] ** 2 / 1000)
+    assert abs(table.loc["log_likelihood", "mean"] - by_hand.mean()) < 4 * se
 
 
 def test_streaming_log_predictive_averages_to_the_filters_predictive(stream):

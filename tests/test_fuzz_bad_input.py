@@ -83,7 +83,7 @@ def test_distribution_parameters(bad):
 
 # ---------------------------------------------------------------------------- streaming engine
 DIM = 3
-MODEL = dict(num_obs=1, dim=DIM, alpha=1.0, sigma_o=0.3)
+MODEL = dict(num_obs=1, dim=DIM, mass=1.0, sigma_o=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +259,7 @@ def test_kernels_name_the_observed_site_of_bad_data(engine, obs):
 
 @FUZZ
 @given(
-    option=st.sampled_from(["max_atoms", "n_gamma", "n_marks", "n_swaps", "xi_scale"]),
+    option=st.sampled_from(["max_features", "n_gamma", "n_marks", "n_swaps", "xi_scale"]),
     bad=st.one_of(st.integers(max_value=-1), st.text(max_size=2), st.booleans(), st.just(np.nan)),
 )
 def test_crm_slice_options(option, bad):

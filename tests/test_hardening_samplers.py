@@ -98,14 +98,14 @@ def test_kernels_check_the_model_function(engine):
 
 def test_kernel_sizes_accept_numpy_integers_and_reject_bool():
     assert AcceleratedIBPGibbs(_ibp_model, refresh_every=np.int64(8)).refresh_every == 8
-    kernel = CRMSlice(_ibp_model, max_atoms=np.int64(20), n_gamma=np.int32(0))
-    assert (kernel.max_atoms, kernel.n_gamma) == (20, 0)
+    kernel = CRMSlice(_ibp_model, max_features=np.int64(20), n_gamma=np.int32(0))
+    assert (kernel.max_features, kernel.n_gamma) == (20, 0)
     with pytest.raises(TypeError, match="refresh_every"):
         AcceleratedIBPGibbs(_ibp_model, refresh_every=True)
     with pytest.raises(TypeError, match="n_swaps"):
         CRMSlice(_ibp_model, n_swaps=False)
-    with pytest.raises(ValueError, match="max_atoms"):
-        CRMSlice(_ibp_model, max_atoms=0)
+    with pytest.raises(ValueError, match="max_features"):
+        CRMSlice(_ibp_model, max_features=0)
 
 
 @pytest.mark.parametrize("engine", sorted(KERNELS))
@@ -134,7 +134,7 @@ def test_state_classes_are_named_after_their_kernels():
 @pytest.fixture(scope="module", params=sorted(KERNELS))
 def deterministic_run(request):
     kernel_cls, model = KERNELS[request.param]
-    kwargs = {"max_atoms": 10} if kernel_cls is CRMSlice else {}
+    kwargs = {"max_features": 10} if kernel_cls is CRMSlice else {}
     mcmc = MCMC(
         kernel_cls(partial(model, deterministic=True), **kwargs),
         num_warmup=2,
@@ -234,7 +234,9 @@ def _trace(model, **kwargs):
     "model, kwargs, name",
     [
         (models.beta_bernoulli_linear_gaussian, {"mass": -1.0}, "mass"),
-        (models.beta_bernoulli_linear_gaussian, {"sigma": 0.0}, "sigma"),
+        (models.beta_bernoulli_linear_gaussian, {"sigma_o": 0.0}, "sigma_o"),
+        (models.beta_bernoulli_linear_gaussian, {"sigma_a": -1.0}, "sigma_a"),
+        (models.beta_bernoulli_linear_gaussian, {"max_features": 0}, "max_features"),
         (models.gamma_poisson_linear_gaussian, {"mass": -1.0}, "mass"),
         (models.gamma_poisson_linear_gaussian, {"rate": -2.0}, "rate"),
         (models.linear_gaussian, {"sigma_o": -0.1}, "sigma_o"),
@@ -258,18 +260,18 @@ def test_bnb_model_names_bad_hyper_parameters():
 def test_ready_models_accept_numpy_integer_sizes():
     tr = _trace(models.linear_gaussian, num_obs=np.int64(4), dim=np.int64(2), max_features=5)
     assert tr["obs"]["value"].shape == (4, 2)
-    tr = _trace(models.beta_bernoulli_linear_gaussian, num_obs=np.int64(4), dim=2, truncation=5)
+    tr = _trace(models.beta_bernoulli_linear_gaussian, num_obs=np.int64(4), dim=2, max_features=5)
     assert tr["theta"]["value"].shape == (5,)
 
 
-def test_restricted_model_says_alpha_must_be_below_the_capacity():
-    with pytest.raises(ValueError, match=r"alpha must be < max_features.*Increase max_features"):
+def test_restricted_model_says_mass_must_be_below_the_capacity():
+    with pytest.raises(ValueError, match=r"mass must be < max_features.*Increase max_features"):
         _trace(
             models.restricted_linear_gaussian,
             num_obs=4,
             dim=2,
             count_dist=exactly(1),
-            alpha=5.0,
+            mass=5.0,
             max_features=5,
         )
 

@@ -86,12 +86,17 @@ def exact_posterior(obs, count_pmf, beta_a, beta_b, sigma_a, sigma_o, nodes=40):
     return matrices, post, post @ sorted_pi
 
 
-def independent_log_joint(obs, z, pi, count_pmf, beta_a, beta_b, sigma_a, sigma_o):
-    """``log p(O | Z) + log P(Z | π) + log p(π)`` from SciPy and the row distribution's pmf."""
+def independent_log_likelihood(obs, z, sigma_a, sigma_o):
+    """``log p(O | Z)``, the features integrated out, from SciPy (each column Gaussian)."""
     num_rows, dim = obs.shape
     cov = sigma_a**2 * z @ z.T + sigma_o**2 * np.eye(num_rows)
     mvn = stats.multivariate_normal(np.zeros(num_rows), cov)
-    log_lik = sum(mvn.logpdf(obs[:, d]) for d in range(dim))
+    return sum(mvn.logpdf(obs[:, d]) for d in range(dim))
+
+
+def independent_log_joint(obs, z, pi, count_pmf, beta_a, beta_b, sigma_a, sigma_o):
+    """``log p(O | Z) + log P(Z | π) + log p(π)`` from SciPy and the row distribution's pmf."""
+    log_lik = independent_log_likelihood(obs, z, sigma_a, sigma_o)
     log_prior = stats.beta(beta_a, beta_b).logpdf(pi).sum()
     row = RestrictedBernoulliProcess(pi, dist.Categorical(jnp.asarray(count_pmf)))
     return log_lik + log_prior + float(row.log_prob(jnp.asarray(z)).sum())
@@ -99,7 +104,7 @@ def independent_log_joint(obs, z, pi, count_pmf, beta_a, beta_b, sigma_a, sigma_
 
 TINY_OBS = np.array([[1.0, -0.5], [0.8, 0.9], [-0.2, 1.1]])
 TINY = dict(
-    num_obs=3, dim=2, alpha=1.5, sigma_a=1.0, sigma_o=0.7, max_features=3
+    num_obs=3, dim=2, mass=1.5, sigma_a=1.0, sigma_o=0.7, max_features=3
 )  # π ~ Beta(.5, .5)
 
 
@@ -120,7 +125,8 @@ def test_matches_enumerated_posterior(count_pmf, chain_method):
         chain_method=chain_method,
         progress_bar=False,
     )
-    mcmc.run(random.PRNGKey(0), obs=jnp.asarray(TINY_OBS), extra_fields=("log_joint",))
+    fields = ("log_joint", "log_likelihood")
+    mcmc.run(random.PRNGKey(0), obs=jnp.asarray(TINY_OBS), extra_fields=fields)
     samples = mcmc.get_samples(group_by_chain=True)
     z = np.asarray(samples["Z"])  # (2, S, 3, 3)
     matrices, post, sorted_pi = exact_posterior(TINY_OBS, count_pmf, 0.5, 0.5, 1.0, 0.7)
@@ -139,12 +145,15 @@ def test_matches_enumerated_posterior(count_pmf, chain_method):
         mean, se = mc_mean_and_se(drawn[..., k])
         assert abs(mean - sorted_pi[k]) < 4.5 * se, (k, mean, sorted_pi[k], se)
 
-    # the kernel's log_joint diagnostic equals an independent computation
-    log_joint = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["log_joint"])
+    # the kernel's log_joint and log_likelihood diagnostics equal independent computations
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    log_joint, log_lik = np.asarray(extra["log_joint"]), np.asarray(extra["log_likelihood"])
     pi = np.asarray(samples["pi"])
     for c, s in [(0, 0), (1, 17), (0, 2999)]:
         ref = independent_log_joint(TINY_OBS, z[c, s], pi[c, s], count_pmf[:3], 0.5, 0.5, 1.0, 0.7)
         np.testing.assert_allclose(log_joint[c, s], ref, rtol=1e-9)
+        ref = independent_log_likelihood(TINY_OBS, z[c, s], 1.0, 0.7)
+        np.testing.assert_allclose(log_lik[c, s], ref, rtol=1e-9)
 
     data = arviz_compat.from_numpyro(mcmc)  # multi-chain export, both chain methods
     posterior = arviz_compat.group(data, "posterior")
@@ -155,14 +164,14 @@ def test_matches_enumerated_posterior(count_pmf, chain_method):
 
 def test_prior_only_run_recovers_the_prior():
     """With a flat likelihood (σ_o = 10³, data 0) the posterior is the prior itself."""
-    num_rows, num_features, alpha = 10, 8, 2.0
+    num_rows, num_features, mass = 10, 8, 2.0
     law = dist.Poisson(1.5)
     model = partial(
         models.restricted_linear_gaussian,
         num_obs=num_rows,
         dim=1,
         count_dist=law,
-        alpha=alpha,
+        mass=mass,
         sigma_o=1e3,
         max_features=num_features,
     )
@@ -180,7 +189,7 @@ def test_prior_only_run_recovers_the_prior():
 
     # the prior: π_k ~ Beta(α/K, 1 - α/K) i.i.d., rows exact restricted-Bernoulli draws
     draws = 8_000
-    shape = alpha / num_features
+    shape = mass / num_features
     key_pi, key_z = random.split(random.PRNGKey(1))
     pi_ref = np.asarray(random.beta(key_pi, shape, 1.0 - shape, (draws, num_features)))
     rows = jax.vmap(lambda k, p: RestrictedBernoulliProcess(p, law).sample(k, (num_rows,)))
@@ -222,7 +231,7 @@ def run_recovery(count_dist, obs, sigma_o, num_warmup, num_chains):
         num_obs=num_rows,
         dim=dim,
         count_dist=count_dist,
-        alpha=2.0,
+        mass=2.0,
         sigma_o=sigma_o,
         max_features=10,
     )

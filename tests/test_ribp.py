@@ -43,7 +43,9 @@ def test_prior_only_filter_reproduces_ibp_marginals(alpha, beta):
     """σ_o -> ∞: every b_n equals the filtering prior, which must follow the exact recursion."""
     num_rows, capacity = 50, 256  # P(Λ_50 > 256) < 1e-15 for both settings
     filt = RIBPFilter(linear_gaussian, max_features=capacity)
-    state = filt.init(random.PRNGKey(0), num_obs=1, dim=2, alpha=alpha, beta=beta, sigma_o=1e12)
+    state = filt.init(
+        random.PRNGKey(0), num_obs=1, dim=2, mass=alpha, concentration=beta, sigma_o=1e12
+    )
 
     def step(state, obs):
         prior = filt.prior(state)
@@ -86,7 +88,7 @@ def test_linear_gaussian_recovery(alpha, dim):
     a = sigma_a * rng.normal(size=(z.shape[1], dim))
     data = z @ a + sigma_o * rng.normal(size=(len(z), dim))
     train, test = data[:num_train], data[num_train:]
-    kwargs = dict(num_obs=1, dim=dim, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
+    kwargs = dict(num_obs=1, dim=dim, mass=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
 
     res = RIBPFilter(linear_gaussian, max_features=32).run(
         random.PRNGKey(0), train, progress_bar=False, **kwargs
@@ -117,7 +119,7 @@ def test_factor_analysis_recovery():
     w = sigma_w * rng.normal(size=z.shape)
     data = (z * w) @ a + sigma_o * rng.normal(size=(len(z), dim))
     train, test = data[:num_train], data[num_train:]
-    kwargs = dict(num_obs=1, dim=dim, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
+    kwargs = dict(num_obs=1, dim=dim, mass=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
     kwargs["sigma_w"] = sigma_w
 
     res = RIBPFilter(factor_analysis, max_features=16).run(
@@ -156,7 +158,7 @@ def test_birth_keeps_the_feature_count_growing():
     a = sigma_a * rng.normal(size=(z.shape[1], dim))
     data = z @ a + sigma_o * rng.normal(size=(len(z), dim))
     train, test = data[:num_train], data[num_train:]
-    kwargs = dict(num_obs=1, dim=dim, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
+    kwargs = dict(num_obs=1, dim=dim, mass=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
     runs = {
         mode: RIBPFilter(linear_gaussian, feature_update=mode, max_features=64).run(
             random.PRNGKey(0), train, progress_bar=False, chunk_size=num_train, **kwargs
@@ -189,7 +191,7 @@ def small_lg_data():
 
 @pytest.mark.parametrize("feature_update", ["birth", "collapsed", "paper"])
 def test_generic_path_equals_closed_form_on_linear_gaussian(small_lg_data, feature_update):
-    kwargs = dict(num_obs=1, dim=4, alpha=2.0, sigma_a=2.0, sigma_o=0.3)
+    kwargs = dict(num_obs=1, dim=4, mass=2.0, sigma_a=2.0, sigma_o=0.3)
     opts = dict(max_features=8, feature_update=feature_update)
     closed = RIBPFilter(linear_gaussian, **opts).run(
         random.PRNGKey(0), small_lg_data, progress_bar=False, chunk_size=40, **kwargs
@@ -202,8 +204,8 @@ def test_generic_path_equals_closed_form_on_linear_gaussian(small_lg_data, featu
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
-def poisson_features(obs=None, *, num_obs, dim, alpha=1.0, max_features=16):
-    z = numpyro.sample("Z", RecursiveIBP(alpha, 1.0, num_rows=num_obs, max_features=max_features))
+def poisson_features(obs=None, *, num_obs, dim, mass=1.0, max_features=16):
+    z = numpyro.sample("Z", RecursiveIBP(mass, 1.0, num_rows=num_obs, max_features=max_features))
     a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([max_features, dim]).to_event(2))
     return numpyro.sample("obs", dist.Poisson(jnp.exp(1.0 + z @ a)).to_event(2), obs=obs)
 
@@ -218,7 +220,7 @@ def test_generic_path_learns_a_poisson_model():
     counts = rng.poisson(np.exp(1.0 + z @ feats)).astype(float)
     train, test = counts[:num_train], counts[num_train:]
     res = RIBPFilter(poisson_features, max_features=8).run(
-        random.PRNGKey(0), train, progress_bar=False, num_obs=1, dim=dim, alpha=1.0
+        random.PRNGKey(0), train, progress_bar=False, num_obs=1, dim=dim, mass=1.0
     )
     assert res.engine.kind == "generic"
     lp = np.asarray(res.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=1000))
@@ -241,7 +243,7 @@ def test_log_predictive_importance_sampler_is_unbiased_against_enumeration(small
         chunk_size=40,
         num_obs=1,
         dim=4,
-        alpha=2.0,
+        mass=2.0,
         sigma_a=2.0,
         sigma_o=sigma_o,
     )
@@ -328,7 +330,7 @@ def test_log_predictive_escapes_the_local_optimum_of_coordinate_ascent():
     (the third alone, ~35 nats better). The polished proposal must match exact enumeration."""
     sigma_o = 0.3
     filt = RIBPFilter(linear_gaussian, max_features=4)
-    state = filt.init(random.PRNGKey(0), num_obs=1, dim=4, alpha=1.0, sigma_a=2.0, sigma_o=sigma_o)
+    state = filt.init(random.PRNGKey(0), num_obs=1, dim=4, mass=1.0, sigma_a=2.0, sigma_o=sigma_o)
     a1, a2, extra = np.eye(4)[0] * 2.0, np.eye(4)[1] * 2.0, np.eye(4)[2] * 2.5
     mean = np.stack([a1, a2, a1 + a2 + extra, np.zeros(4)])
     var = np.full((4, 4), 1e-3)
@@ -386,7 +388,7 @@ def test_log_predictive_finds_modes_that_pair_flips_miss_and_new_features():
     sigma_o, sigma_a = 0.3, 2.0
     filt = RIBPFilter(linear_gaussian, max_features=7)
     state = filt.init(
-        random.PRNGKey(0), num_obs=1, dim=4, alpha=1.0, sigma_a=sigma_a, sigma_o=sigma_o
+        random.PRNGKey(0), num_obs=1, dim=4, mass=1.0, sigma_a=sigma_a, sigma_o=sigma_o
     )
     a = 2.0 * np.eye(4)
     a[3] *= 0.5  # a small extra: no single or pair flip from the first three improves

@@ -19,8 +19,8 @@ from numpyro_bnp.infer._model import model_cache_key, read_feature_model
 from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 
-def log_rate_poisson(obs=None, *, num_obs, dim, alpha=3.0, max_features=8):
-    z = numpyro.sample("Z", RecursiveIBP(alpha, 1.0, num_rows=num_obs, max_features=max_features))
+def log_rate_poisson(obs=None, *, num_obs, dim, mass=3.0, max_features=8):
+    z = numpyro.sample("Z", RecursiveIBP(mass, 1.0, num_rows=num_obs, max_features=max_features))
     a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([max_features, dim]).to_event(2))
     return numpyro.sample("obs", dist.Poisson(jnp.exp(z @ a)).to_event(2), obs=obs)
 
@@ -106,7 +106,7 @@ def test_batches_outside_the_likelihoods_support_are_rejected(poisson_run, count
         (linear_gaussian, dict(sigma_o=1e-30), "noise precision"),
         (linear_gaussian, dict(sigma_a=1e20), "prior variance of the feature site 'A'"),
         (factor_analysis, dict(sigma_w=1e20), "prior variance of the weight site"),
-        (linear_gaussian, dict(alpha=1e39), "alpha of the RecursiveIBP site"),
+        (linear_gaussian, dict(mass=1e39), "alpha of the RecursiveIBP site"),
     ],
 )
 def test_constants_that_overflow_float32_are_rejected(model, kwargs, match):

@@ -15,7 +15,7 @@ from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 ALPHA, DIM, SIGMA_A, SIGMA_O = 3.0, 10, 1.0, 0.3
 NUM_TRAIN, NUM_TEST, SEEDS, PASSES = 300, 100, (0, 1, 2, 3), 40
-KWARGS = dict(num_obs=1, dim=DIM, alpha=ALPHA, sigma_a=SIGMA_A, sigma_o=SIGMA_O)
+KWARGS = dict(num_obs=1, dim=DIM, mass=ALPHA, sigma_a=SIGMA_A, sigma_o=SIGMA_O)
 
 
 def _data(seed):

@@ -15,7 +15,7 @@ from numpyro_bnp import arviz_compat
 from numpyro_bnp.infer import BadBatchError, NonFiniteStateError, RIBPFilter, streaming
 from numpyro_bnp.models import factor_analysis, linear_gaussian
 
-KWARGS = dict(num_obs=1, dim=5, alpha=3.0, sigma_a=1.0, sigma_o=0.2)
+KWARGS = dict(num_obs=1, dim=5, mass=3.0, sigma_a=1.0, sigma_o=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_bad_batch_is_rejected_and_leaves_the_state_unchanged(filt, data, bad, e
 
 
 def test_capacity_grows_geometrically_like_a_fixed_large_capacity(data):
-    big = {**KWARGS, "alpha": 12.0, "sigma_o": 1e6}  # prior-dominated: ρ_64 = 12 H_64 ≈ 57
+    big = {**KWARGS, "mass": 12.0, "sigma_o": 1e6}  # prior-dominated: ρ_64 = 12 H_64 ≈ 57
     grown = RIBPFilter(linear_gaussian, dtype=jnp.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no truncation warning when the capacity may grow

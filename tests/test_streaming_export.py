@@ -18,7 +18,7 @@ from numpyro_bnp.models import factor_analysis, linear_gaussian
 matplotlib.use("Agg")
 
 DIM, SIGMA_O, ALPHA = 5, 0.2, 1.0
-KWARGS = dict(dim=DIM, alpha=ALPHA, sigma_o=SIGMA_O)  # no num_obs: the filter fills it in
+KWARGS = dict(dim=DIM, mass=ALPHA, sigma_o=SIGMA_O)  # no num_obs: the filter fills it in
 OPTIONS = dict(max_features=16, num_steps=4, retire_threshold=1e-2, dtype=jnp.float32)
 
 
@@ -204,14 +204,14 @@ def test_resume_from_a_checkpoint_alone_is_bit_for_bit(filt, truth, tmp_path):
 def test_from_checkpoint_refuses_a_model_that_does_not_match(filt, truth, tmp_path):
     path = tmp_path / "ckpt.npz"
     _run(filt, truth[1][:64]).save(path)
-    with pytest.raises(ValueError, match=r"alpha=5.0 differs .* \(alpha=1.0\)"):
-        RIBPFilter.from_checkpoint(linear_gaussian, path, alpha=5.0)
-    with pytest.raises(ValueError, match=r"beta=2\.0 was not given to the model"):
-        RIBPFilter.from_checkpoint(linear_gaussian, path, beta=2.0)
+    with pytest.raises(ValueError, match=r"mass=5.0 differs .* \(mass=1.0\)"):
+        RIBPFilter.from_checkpoint(linear_gaussian, path, mass=5.0)
+    with pytest.raises(ValueError, match=r"concentration=2\.0 was not given to the model"):
+        RIBPFilter.from_checkpoint(linear_gaussian, path, concentration=2.0)
     with pytest.raises(ValueError, match=r"does not match.*W: Normal"):
         RIBPFilter.from_checkpoint(factor_analysis, path)
     # the recorded value passed again (an int for the float 1.0) is the same argument
-    again, state = RIBPFilter.from_checkpoint(linear_gaussian, path, alpha=1, dim=DIM)
+    again, state = RIBPFilter.from_checkpoint(linear_gaussian, path, mass=1, dim=DIM)
     assert int(state.num_seen) == 64 and again.spec.alpha == ALPHA
 
 

@@ -7,13 +7,16 @@ import warnings
 import numpy as np
 from jax import random
 
+from numpyro_bnp._checks import renamed_arguments
 
+
+@renamed_arguments(alpha="mass")
 def run(
     out_dir,
     *,
     num_train=None,
     num_test=200,
-    alpha=5.0,
+    mass=5.0,
     sigma_a=0.3,
     sigma_o=0.05,
     num_samples=200,
@@ -26,7 +29,8 @@ def run(
     and the held-out log predictive per image (importance sampling with ``num_samples`` draws)
     next to the same filter restricted to one feature, with the paired standard error of the
     difference. Saves two figures, the number of features against the number of observations
-    and the learned features as images, and returns their paths.
+    and the learned features as images, and returns their paths. ``mass``, ``sigma_a`` and
+    ``sigma_o`` are those of :func:`numpyro_bnp.models.linear_gaussian` (``mass`` = the IBP's α).
     """
     from sklearn.datasets import load_digits
 
@@ -39,7 +43,7 @@ def run(
     order = np.random.default_rng(seed).permutation(len(images))
     test = images[order[-num_test:]]
     train = images[order[: len(images) - num_test if num_train is None else num_train]]
-    kwargs = dict(num_obs=1, dim=64, alpha=alpha, sigma_a=sigma_a, sigma_o=sigma_o)
+    kwargs = dict(num_obs=1, dim=64, mass=mass, sigma_a=sigma_a, sigma_o=sigma_o)
 
     start = time.perf_counter()
     filt = RIBPFilter(linear_gaussian, max_features=48)
@@ -77,7 +81,7 @@ def run(
         os.path.join(out_dir, "ribp_digits_feature_count.png"),
         os.path.join(out_dir, "ribp_digits_features.png"),
     ]
-    expected = RecursiveIBP(alpha, 1.0, num_rows=len(train), max_features=1).expected_num_features()
+    expected = RecursiveIBP(mass, 1.0, num_rows=len(train), max_features=1).expected_num_features()
     plot_feature_count(result.time, result.traces["num_features"], expected=expected).savefig(
         paths[0], dpi=100
     )

@@ -13,15 +13,24 @@ Representations (:meth:`numpyro_bnp.distributions.CompletelyRandomMeasure.series
 ``"rejection"`` ``θ = ν̃^{-1}(Γ)`` kept when the mark ``V ~ Unif(0, 1)`` is below
 ``dν/dν̃(θ)``, 0 otherwise — a rejected atom is one no row can use, and its mark moves like a
 Bondesson mark, so it can be accepted later.
+
+The log density of the sampler's state (:meth:`AtomSeries.log_arrivals`,
+:meth:`AtomSeries.log_counts`, :meth:`AtomSeries.log_no_later_use`; assembled by
+:meth:`numpyro_bnp.infer.CRMSlice._log_joint`) is taken in the sampler's own coordinates:
+the arrivals ``Γ_1 < … < Γ_K`` of the instantiated atoms (Lebesgue measure), their uniform marks
+``P_k`` (Lebesgue on ``(0, 1)``, density 1) and the counts (counting measure).
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
-from jax.scipy.special import gammaln, xlogy
+from jax.scipy.special import gammaln, xlog1py, xlogy
 
 from numpyro_bnp._math import logit
-from numpyro_bnp.distributions.crm import BetaProcess
+from numpyro_bnp.distributions.crm import BetaProcess, _composite_rule
+
+_TAIL_SPAN = 60.0  # log-atom range of the quadrature of Λ below its upper limit
 
 
 class AtomSeries:
@@ -70,6 +79,10 @@ class AtomSeries:
         self.decreasing = representation == "inverse_levy" or (
             representation == "bondesson" and unit_beta
         )
+        self._bounded = bool(np.isfinite(crm.upper))  # beta-process atoms lie in (0, 1)
+        # atoms above this level have expected number e^{-46}: the upper limit of Λ's integral
+        top = float(self.crm._inverse_tail(jnp.asarray(-46.0, dtype)))
+        self._log_top = float(logit(top) if self._bounded else np.log(top))
 
     def theta(self, gamma, marks):
         """Atom ``θ = τ(V, Γ)`` of the series representation (any shape)."""
@@ -97,6 +110,82 @@ class AtomSeries:
         if self.likelihood == "negative_binomial":
             logh = logh + gammaln(xf + self.total_count)
         return logh
+
+    def log_counts(self, x, theta):
+        """``Σ_{n,k} log h(X_nk | θ_k)``, normalised: ``x`` ``(N, C)`` counts, ``theta`` ``(C,)``.
+
+        Columns with ``θ_k = 0`` and no count add 0 (empty slots of the buffer, rejected atoms).
+        """
+        xf = x.astype(self.dtype)
+        if self.likelihood == "bernoulli":
+            return jnp.sum(xlogy(xf, theta) + xlog1py(1.0 - xf, -theta))
+        if self.likelihood == "poisson":
+            return jnp.sum(xlogy(xf, theta) - theta - gammaln(xf + 1.0))
+        r = self.total_count[:, None]
+        return jnp.sum(
+            gammaln(xf + r)
+            - gammaln(r)
+            - gammaln(xf + 1.0)
+            + xlogy(xf, theta)
+            + r * jnp.log1p(-theta)
+        )
+
+    @staticmethod
+    def log_arrivals(last_arrival):
+        """``log p(Γ_1, …, Γ_K) = -Γ_K``: the first ``K`` arrivals of a unit-rate Poisson process
+        (0 for ``K = 0``, ``Γ_0 = 0``)."""
+        return -last_arrival
+
+    def log_no_later_use(self, last_arrival, last_theta, num_atoms):
+        r"""``log P(no row uses an atom after the K-th | Γ_K) = -Λ``: the tail the sampler keeps
+        integrated out.
+
+        The atoms after the ``K``-th arrival are a Poisson process, and so are those of them that
+        some row uses (thinning); the probability that there is none is ``exp(-Λ)``, ``Λ`` their
+        expected number (Kingman, *Poisson processes*, 1993; the thinned tail of sweep step 2):
+        ``Λ = ∫_{Γ_K}^∞ E_V[1 - h_0(τ(V, u))] du`` with ``h_0(θ) = Π_n h(0 | θ)``. In the atom
+        ``θ`` this is
+
+        .. math::
+            Λ = \int_0^x \big(1 - h_0(ρ θ)\big)\, ν(dθ),
+
+        with ``x = θ_K``, ``ρ = 1`` for inverse Lévy (``u = N(θ)``) and rejection (``u = Ñ(θ)``
+        thinned by ``dν/dν̃``; the ``K``-th atom is used, hence accepted), ``x`` = the largest
+        possible atom for ``K = 0``; and ``x`` = the largest possible atom, ``ρ = e^{-Γ_K/c}`` for
+        Bondesson (the atoms after ``Γ_K`` are a copy of the whole series scaled by ``ρ``).
+        Composite Gauss–Legendre in ``log θ`` (``logit θ`` for beta-process atoms) over the
+        :data:`_TAIL_SPAN` below ``x`` (atoms whose expected number above is under ``e^{-46}``
+        left out); below it ``1 - h_0(ρθ)`` is ``ρθ`` times the number of trials (``N``, or
+        ``Σ_n r_n`` for negative-binomial counts) to first order, which leaves
+        ``ρ · trials · ∫_0^{θ_lo} θ ν(dθ)``
+        (:meth:`~numpyro_bnp.distributions.CompletelyRandomMeasure.expected_mass_below`).
+
+        :param last_arrival: ``Γ_K`` (0 for ``K = 0``); :param last_theta: ``θ_K``;
+        :param num_atoms: ``K``. Scalars; returns ``-Λ``, a scalar.
+        """
+        crm, dtype = self.crm, self.dtype
+        if self.representation == "bondesson":
+            log_hi = jnp.asarray(self._log_top, dtype)
+            scale = jnp.exp(-last_arrival / self.scale)
+        else:
+            some = (num_atoms > 0) & (last_theta > 0)  # (a rejected last atom: density 0)
+            safe = jnp.where(some, last_theta, 0.5)
+            log_x = logit(safe) if self._bounded else jnp.log(safe)
+            log_hi = jnp.where(some, jnp.minimum(log_x, self._log_top), self._log_top)
+            scale = jnp.ones((), dtype)
+        log_lo = jnp.maximum(log_hi - _TAIL_SPAN, np.log(jnp.finfo(dtype).tiny) + 20.0)
+        nodes, weights = (jnp.asarray(v, dtype) for v in _composite_rule())
+        s = log_lo + (log_hi - log_lo) * nodes
+        if self._bounded:  # θ = σ(s), dθ/ds = θ (1 - θ)
+            theta = jax.nn.sigmoid(s)
+            log_jacobian = jax.nn.log_sigmoid(s) + jax.nn.log_sigmoid(-s)
+        else:  # θ = e^s
+            theta, log_jacobian = jnp.exp(s), s
+        used = -jnp.expm1(self.column_loglik(scale * theta, 0.0))  # 1 - h_0(ρθ)
+        integrand = used * jnp.exp(log_jacobian + crm.levy_log_density(theta))
+        theta_lo = jax.nn.sigmoid(log_lo) if self._bounded else jnp.exp(log_lo)
+        below = self.trials * scale * crm.expected_mass_below(theta_lo)
+        return -((log_hi - log_lo) * jnp.sum(weights * integrand) + below)
 
     def thin(self, key, start):
         """Next atom of the tail beyond ``start`` that no row uses: ``(Γ, P)`` (sweep step 2)."""

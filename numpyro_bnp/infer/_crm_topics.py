@@ -18,7 +18,8 @@ model with ``h = NB(r_d, ·)``, so the slice machinery (thinning, Γ and V moves
     \prod_v ψ_{kv}^{A_{dvk}}
 
 (``A_dvk`` tokens of word ``v`` in document ``d`` on topic ``k``; the multinomial coefficients
-cancel against the number of token orders), hence the Gibbs step of one token, with the slice
+cancel against the number of token orders, up to ``Π_{d,v} 1/y_dv!``, a constant of the data:
+:func:`log_token_density` keeps it), hence the Gibbs step of one token, with the slice
 factor ``1/ξ(k_d)`` of its document (the slice density of paper Eq. 25),
 
 .. math::
@@ -44,7 +45,9 @@ __all__ = [
     "document_tokens",
     "draw_rates",
     "draw_topics",
+    "log_dirichlet",
     "log_likelihood",
+    "log_token_density",
     "token_counts",
     "word_counts",
 ]
@@ -145,3 +148,35 @@ def log_likelihood(words, rates, topics):
     y = token_counts(words, jnp.maximum(words, 0), topics.shape[-1]).astype(rates.dtype)
     mean = rates @ topics
     return jnp.sum(xlogy(y, mean) - mean - gammaln(y + 1.0))
+
+
+def log_dirichlet(topics, concentration):
+    """``(C,)`` ``log Dir(ψ_k; β)`` of each topic ``ψ_k`` (a row of ``topics`` ``(C, V)``)."""
+    beta = jnp.broadcast_to(concentration, topics.shape[-1:])
+    norm = gammaln(jnp.sum(beta)) - jnp.sum(gammaln(beta))
+    return norm + jnp.sum((beta - 1.0) * jnp.log(topics), axis=-1)
+
+
+def log_token_density(words, allocation, counts, topics):
+    r"""``log p(y, z | X, ψ)``: the words of the tokens and their topics given the counts.
+
+    Given ``X_dk`` tokens of document ``d`` on topic ``k``, their words are i.i.d. ``ψ_k``; the
+    topics ``z`` of the tokens (in the fixed order of :func:`document_tokens`) are uniform over
+    the orders that give the table ``A_dvk``, so that (module docstring)
+
+    .. math::
+        \log p(y, z \mid X, ψ) = \sum_{d,l} \log ψ_{z_{dl} w_{dl}}
+        + \sum_{d,k} \log X_{dk}! - \sum_{d,v} \log y_{dv}!,
+
+    a density over ``(y, z)`` (summed over ``z`` it is ``Π_{d,k} Mult(A_dk· | X_dk, ψ_k)``
+    summed over the tables with margins ``y``). Shapes as in :func:`allocate_tokens`.
+    """
+    dtype = topics.dtype
+    valid = words >= 0
+    log_psi = jnp.log(topics)[allocation, jnp.maximum(words, 0)]
+    y = token_counts(words, jnp.maximum(words, 0), topics.shape[-1]).astype(dtype)
+    return (
+        jnp.sum(jnp.where(valid, log_psi, 0.0))
+        + jnp.sum(gammaln(counts.astype(dtype) + 1.0))
+        - jnp.sum(gammaln(y + 1.0))
+    )

@@ -89,6 +89,8 @@ class AcceleratedIBPGibbsState(NamedTuple):
     :ivar parity: :func:`~numpyro_bnp.diagnostics.count_parity` of ``Z`` (int32).
     :ivar log_joint: ``log p(Z) + log p(X | Z)`` with ``A`` integrated out (the sampler's target;
         ``p(Z)`` is the buffet-order pmf of the model's ``RecursiveIBP``).
+    :ivar log_likelihood: ``log p(X | Z)``, ``A`` integrated out (the collapsed likelihood of
+        :func:`~numpyro_bnp.infer._linear_gaussian.collapsed_log_marginal`).
     :ivar saturated: True if the number of active features reached the capacity in the sweep.
     :ivar rng_key: PRNG key.
     """
@@ -98,6 +100,7 @@ class AcceleratedIBPGibbsState(NamedTuple):
     num_active: jnp.ndarray
     parity: jnp.ndarray
     log_joint: jnp.ndarray
+    log_likelihood: jnp.ndarray
     saturated: jnp.ndarray
     rng_key: jnp.ndarray
 
@@ -201,6 +204,7 @@ def _finish(key, z, x, cfg, i, saturated):
         num_active=num_active_features(z).astype(jnp.int32),
         parity=count_parity(z),
         log_joint=log_joint.astype(x.dtype),
+        log_likelihood=log_lik.astype(x.dtype),
         saturated=jnp.asarray(saturated, bool),
         rng_key=key,
     )
@@ -331,8 +335,9 @@ class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
     site values ``{"Z": (N, K) int32 in buffet order, "A": (K, D)}``, ``A`` drawn from its Gaussian
     posterior given ``Z``, so ``arviz.from_numpyro`` computes the log-likelihood. Diagnostics for
     ``extra_fields``: ``num_active``, ``parity`` (:func:`~numpyro_bnp.diagnostics.count_parity`),
-    ``log_joint`` (``log p(Z) + log p(X | Z)``) and ``saturated`` (see *Capacity* in the module
-    docstring). Chains start from a draw of the IBP prior, or from ``init_params={"Z": z}``.
+    ``log_joint`` (``log p(Z) + log p(X | Z)``), ``log_likelihood`` (``log p(X | Z)``; both with
+    ``A`` integrated out) and ``saturated`` (see *Capacity* in the module docstring). Chains start
+    from a draw of the IBP prior, or from ``init_params={"Z": z}``.
 
     :param model: a NumPyro model function of the form above.
     :param int refresh_every: rows between recomputations of the feature posterior from the

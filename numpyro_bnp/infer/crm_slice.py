@@ -39,6 +39,10 @@ Atoms live in a fixed-capacity buffer; atoms ``k < num_atoms`` are instantiated.
 slices ask for more atoms than the capacity is *saturated*: it runs on the truncated model and says
 so in the ``saturated`` field. :meth:`CRMSlice.grow` pads a state to a larger capacity between runs.
 
+Each state reports ``log_likelihood`` (``log p(y | X, ψ)``) and ``log_joint``, the log density of
+the sampler's target at the state with the slice variables and the atoms after the last
+instantiated one integrated out (:meth:`CRMSlice._log_joint`; the names of ``docs/vocabulary.md``).
+
 As a block of :class:`numpyro.infer.Gibbs` the kernel updates the CRM, count and trait sites given
 the sites of the other blocks (e.g. the noise scale, sampled by NUTS): each sweep reads the noise
 variance and the trait prior from the conditioned model (:meth:`CRMSlice.sample`).
@@ -62,6 +66,7 @@ from numpyro_bnp._checks import (
     nonnegative_int,
     positive_float,
     positive_int,
+    renamed_arguments,
 )
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions.crm import REPRESENTATIONS
@@ -97,7 +102,11 @@ class CRMSliceState(NamedTuple):
     :ivar num_slice_atoms: ``K* = max_n K_n`` of this sweep, before clipping to the capacity.
     :ivar saturated: True when ``K*`` exceeded the capacity (this sweep was truncated).
     :ivar accept_gamma, accept_marks: acceptance rates of this sweep's Γ and V moves.
-    :ivar log_likelihood: ``log p(y | X, ψ)`` (0 for a prior-only model).
+    :ivar log_likelihood: ``log p(y | X, ψ)`` (0 for a prior-only model); topic model:
+        ``log p(y | rates, topics)`` at the rates drawn for the output.
+    :ivar log_joint: the log density of the sampler's target at the state,
+        ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` (see :meth:`CRMSlice._log_joint`) with the
+        slice variables, the atoms after the ``K``-th and their traits integrated out.
     """
 
     i: jnp.ndarray
@@ -114,6 +123,7 @@ class CRMSliceState(NamedTuple):
     accept_gamma: jnp.ndarray
     accept_marks: jnp.ndarray
     log_likelihood: jnp.ndarray
+    log_joint: jnp.ndarray
     counts: jnp.ndarray
     allocation: jnp.ndarray
     rng_key: jnp.ndarray
@@ -137,8 +147,9 @@ class CRMSlice(FixedOptions, MCMCKernel):
         (:meth:`CompletelyRandomMeasure.series`).
     :param float xi_scale: ``Δ_ξ`` of the slice sequence ``ξ(k) = exp(-k/Δ_ξ)``; it changes the
         speed, never the target.
-    :param int max_atoms: capacity of the atom buffer; ``None``: the model's truncation plus
-        ``Δ_ξ (log N + 6)``.
+    :param int max_features: capacity of the atom buffer (``max_atoms`` before); ``None``: the
+        number of atoms of the model's CRM site (its ``truncation``, the ``max_features`` of the
+        ready models) plus ``Δ_ξ (log N + 6)``.
     :param int n_gamma: Metropolis moves per arrival time and sweep (paper: 10).
     :param float gamma_step: scale of the Γ random walk, in units of ``c / sqrt(1 + Σ_n X_nk)``
         (``c`` the Bondesson constant): about the posterior spread of ``Γ_k``.
@@ -171,7 +182,7 @@ class CRMSlice(FixedOptions, MCMCKernel):
     fixed_options = (
         "representation",
         "xi_scale",
-        "max_atoms",
+        "max_features",
         "n_gamma",
         "gamma_step",
         "n_marks",
@@ -179,13 +190,14 @@ class CRMSlice(FixedOptions, MCMCKernel):
         "n_swaps",
     )
 
+    @renamed_arguments(max_atoms="max_features")
     def __init__(
         self,
         model,
         *,
         representation="bondesson",
         xi_scale=1.0,
-        max_atoms=None,
+        max_features=None,
         n_gamma=10,
         gamma_step=1.0,
         n_marks=5,
@@ -200,7 +212,9 @@ class CRMSlice(FixedOptions, MCMCKernel):
         self._model = model
         self.representation = representation
         self.xi_scale = positive_float(xi_scale, "xi_scale")
-        self.max_atoms = None if max_atoms is None else positive_int(max_atoms, "max_atoms")
+        self.max_features = (
+            None if max_features is None else positive_int(max_features, "max_features")
+        )
         self.n_gamma = nonnegative_int(n_gamma, "n_gamma")
         self.gamma_step = positive_float(gamma_step, "gamma_step")
         self.n_marks = nonnegative_int(n_marks, "n_marks")
@@ -228,6 +242,7 @@ class CRMSlice(FixedOptions, MCMCKernel):
             "accept_gamma",
             "accept_marks",
             "log_likelihood",
+            "log_joint",
         )
 
     def get_diagnostics_str(self, state):
@@ -288,14 +303,27 @@ class CRMSlice(FixedOptions, MCMCKernel):
 
     # ------------------------------------------------------------------ block of numpyro Gibbs
     def refresh(self, state, model_args, model_kwargs):
-        """The other Gibbs blocks moved: recompute ``log_likelihood`` at the new noise variance.
+        """The other Gibbs blocks moved: recompute ``log_likelihood`` and ``log_joint`` at the new
+        noise variance and trait prior.
 
         Nothing else is cached: :meth:`sample` reads the data and the Gaussian parameters itself.
         """
-        if not (self._gibbs and self._observed):
+        if not self._gibbs:
             return state
         kernel, state = self._at(state, model_args, model_kwargs)
-        return state._replace(log_likelihood=kernel._log_likelihood(state.residual))
+        spec = self.spec
+        zero = jnp.zeros((), self.dtype)
+        log_lik = kernel._log_likelihood(state.residual) if self._observed else zero
+        theta = kernel._theta(state.arrivals, state.marks, state.num_atoms)
+        log_joint = kernel._log_joint(
+            theta,
+            state.arrivals,
+            state.num_atoms,
+            state.z[spec.count_site],
+            state.z[spec.trait_site],
+            log_lik,
+        )
+        return state._replace(log_likelihood=log_lik, log_joint=log_joint)
 
     def wrap_model(self, wrapper):
         """A copy on ``wrapper(model)`` (``numpyro.infer.Gibbs`` conditions the model this way)."""
@@ -382,15 +410,16 @@ class CRMSlice(FixedOptions, MCMCKernel):
         self._r = atoms.total_count
         if self._gibbs:
             # the other blocks run the model on the exported values: they need its shapes
-            if self.max_atoms not in (None, spec.truncation):
+            if self.max_features not in (None, spec.truncation):
                 raise ValueError(
-                    f"CRMSlice as a Gibbs block uses the model's truncation {spec.truncation} as "
-                    f"its capacity (the other blocks see the model's shapes); got max_atoms="
-                    f"{self.max_atoms}: set the model's truncation instead"
+                    f"CRMSlice as a Gibbs block uses the {spec.truncation} atoms of the model's "
+                    f"CRM site as its capacity (the other blocks see the model's shapes); got "
+                    f"max_features={self.max_features}: set the model's max_features (the CRM's "
+                    "truncation) instead"
                 )
             self.capacity = spec.truncation
-        elif self.max_atoms is not None:
-            self.capacity = self.max_atoms
+        elif self.max_features is not None:
+            self.capacity = self.max_features
         else:
             self.capacity = spec.truncation + math.ceil(self.xi_scale * (math.log(n) + 6.0))
 
@@ -409,21 +438,28 @@ class CRMSlice(FixedOptions, MCMCKernel):
         residual = self._obs if self._observed else jnp.zeros((n, 0), dt)
         zero = jnp.zeros((), dt)
         empty = jnp.zeros((n, 0), jnp.int32)
+        log_lik = self._log_likelihood(residual) if self._observed else zero
+        num_atoms = jnp.zeros((), jnp.int32)
+        arrivals = jnp.zeros(cap, dt)
+        log_joint = self._log_joint(
+            jnp.zeros(cap, dt), arrivals, num_atoms, z[spec.count_site], z[spec.trait_site], log_lik
+        )
         return CRMSliceState(
             i=jnp.zeros((), jnp.int32),
             z=z,
-            arrivals=jnp.zeros(cap, dt),
+            arrivals=arrivals,
             marks=jnp.full(cap, 0.5, dt),
             obs=residual,
             residual=residual,
-            num_atoms=jnp.zeros((), jnp.int32),
+            num_atoms=num_atoms,
             num_active=jnp.zeros((), jnp.int32),
             parity=jnp.ones((), jnp.int32),
             num_slice_atoms=jnp.zeros((), jnp.int32),
             saturated=jnp.zeros((), bool),
             accept_gamma=zero,
             accept_marks=zero,
-            log_likelihood=self._log_likelihood(residual) if self._observed else zero,
+            log_likelihood=log_lik,
+            log_joint=log_joint,
             counts=empty,
             allocation=empty,
             rng_key=key,
@@ -446,6 +482,16 @@ class CRMSlice(FixedOptions, MCMCKernel):
             spec.rate_site: jnp.zeros((n, cap), dt),
         }
         zero = jnp.zeros((), dt)
+        log_joint = self._log_joint(
+            self._theta(arrivals, marks, num_atoms),
+            arrivals,
+            num_atoms,
+            counts,
+            z[spec.trait_site],
+            zero,
+            allocation,
+            words,
+        )
         return CRMSliceState(
             i=jnp.zeros((), jnp.int32),
             z=z,
@@ -461,21 +507,24 @@ class CRMSlice(FixedOptions, MCMCKernel):
             accept_gamma=zero,
             accept_marks=zero,
             log_likelihood=zero,
+            log_joint=log_joint,
             counts=counts,
             allocation=allocation,
             rng_key=key,
         )
 
-    def grow(self, state, max_atoms=None):
-        """Pad ``state`` (one chain or a batch) to capacity ``max_atoms`` (default: double).
+    @renamed_arguments(max_atoms="max_features")
+    def grow(self, state, max_features=None):
+        """Pad ``state`` (one chain or a batch) to capacity ``max_features`` (default: double;
+        ``max_atoms`` before).
 
         Between runs: ``mcmc.post_warmup_state = kernel.grow(mcmc.last_state)`` then
         ``mcmc.run(...)`` continues the chains with the larger buffer (one recompilation).
         """
         old = state.arrivals.shape[-1]
-        new = 2 * old if max_atoms is None else positive_int(max_atoms, "max_atoms")
+        new = 2 * old if max_features is None else positive_int(max_features, "max_features")
         if new < old:
-            raise ValueError(f"max_atoms must be >= the current capacity {old}, got {new}")
+            raise ValueError(f"max_features must be >= the current capacity {old}, got {new}")
         pad = new - old
         spec = self.spec
 
@@ -514,6 +563,62 @@ class CRMSlice(FixedOptions, MCMCKernel):
         d = self._noise_var
         quad = jnp.sum(residual**2 / d)
         return -0.5 * quad - 0.5 * residual.shape[0] * jnp.sum(jnp.log(2 * jnp.pi * d))
+
+    def _theta(self, arrivals, marks, num_atoms):
+        """``(C,)`` atoms ``θ_k = τ(V_k, Γ_k)`` of the instantiated atoms, 0 beyond."""
+        live = jnp.arange(arrivals.shape[-1]) < num_atoms
+        return jnp.where(live, self._atoms.theta(jnp.where(live, arrivals, 1.0), marks), 0.0)
+
+    def _log_joint(
+        self, theta, arrivals, num_atoms, x, traits, log_lik, allocation=None, words=None
+    ):
+        r"""The log density of the sampler's target at a state (the ``log_joint`` field).
+
+        In the sampler's coordinates (Zhu, Bouchard-Côté & Campbell 2020, Eq. 11; the series of
+        :mod:`numpyro_bnp.infer._crm_atoms`): the arrivals ``Γ_1 < … < Γ_K`` and uniform marks
+        ``P_k`` of the ``K`` instantiated atoms, the counts ``X`` and the traits ``ψ_{1:K}``,
+
+        .. math::
+            -Γ_K + \sum_{n, k \le K} \log h(X_{nk} \mid θ_k) - Λ(Γ_K)
+            + \sum_{k \le K} \log N(ψ_k; μ_0, σ_0^2 I) + \log N(y \mid Xψ, σ^2 I),
+
+        ``exp(-Λ)`` the probability that no row uses an atom after the ``K``-th
+        (:meth:`~numpyro_bnp.infer._crm_atoms.AtomSeries.log_no_later_use`). Integrated out: the
+        slice variables ``U``, the atoms after the ``K``-th and their traits. With the
+        inverse-Lévy series (``θ_k = N^{-1}(Γ_k)``) this is the log density of the model with
+        ``K`` atoms at ``(θ_{1:K}, X, ψ_{1:K}, y)`` (``θ`` its ``K`` largest atoms) minus
+        ``Σ_k log ν(θ_k)`` (the Jacobian ``dΓ_k/dθ_k = -ν(θ_k)``) minus ``Λ``.
+
+        Topic model: ``Dir(ψ_k; β)`` traits, negative-binomial counts (the rates integrated out)
+        and, instead of the Normal term, the words and their topics
+        ``Σ_{d,l} log ψ_{z_dl w_dl} + Σ_{d,k} log X_dk! - Σ_{d,v} log y_dv!``
+        (:func:`~numpyro_bnp.infer._crm_topics.log_token_density`).
+
+        :param theta: ``(C,)`` atoms (0 beyond ``K``); :param arrivals: ``(C,)`` ``Γ``;
+        :param num_atoms: ``K``; :param x: ``(N, C)`` counts; :param traits: ``(C, D)``;
+        :param log_lik: the Normal log-likelihood (ignored for topics);
+        :param allocation, words: ``(N, L)`` topics and word ids of the tokens (topic model).
+        """
+        atoms = self._atoms
+        live = jnp.arange(arrivals.shape[-1]) < num_atoms
+        last = jnp.maximum(num_atoms - 1, 0)
+        last_arrival = jnp.where(num_atoms > 0, arrivals[last], 0.0)
+        log_p = (
+            atoms.log_arrivals(last_arrival)
+            + atoms.log_counts(x, theta)
+            + atoms.log_no_later_use(last_arrival, theta[last], num_atoms)
+        )
+        if self._topics:
+            log_p += jnp.sum(
+                jnp.where(live, topic_model.log_dirichlet(traits, self._topic_beta), 0)
+            )
+            if self._observed:
+                log_p += topic_model.log_token_density(words, allocation, x, traits)
+            return log_p.astype(self.dtype)
+        loc, var = self._trait_loc, self._trait_var
+        log_normal = -0.5 * (traits - loc) ** 2 / var - 0.5 * jnp.log(2 * jnp.pi * var)
+        log_p += jnp.sum(jnp.where(live[:, None], log_normal, 0.0))
+        return (log_p + log_lik).astype(self.dtype)
 
     # ------------------------------------------------------------------ sweep steps
     def _reveal(self, key, gamma, marks, traits, start, stop):
@@ -731,6 +836,9 @@ class CRMSlice(FixedOptions, MCMCKernel):
             z = {spec.count_site: x, spec.trait_site: traits}
             if spec.crm_site is not None:
                 z[spec.crm_site] = theta
+        log_joint = self._log_joint(
+            theta, gamma, num_atoms, x, traits, log_lik, allocation, state.obs
+        )
         return CRMSliceState(
             i=state.i + 1,
             z=z,
@@ -746,6 +854,7 @@ class CRMSlice(FixedOptions, MCMCKernel):
             accept_gamma=accept_gamma,
             accept_marks=accept_marks,
             log_likelihood=log_lik.astype(self.dtype),
+            log_joint=log_joint,
             counts=x if self._topics else state.counts,
             allocation=allocation,
             rng_key=key,

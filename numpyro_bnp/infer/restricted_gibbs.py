@@ -96,6 +96,8 @@ class RestrictedIBPGibbsState(NamedTuple):
     :ivar accept_prob: fraction of rows whose prior-row proposal was accepted in this step.
     :ivar log_joint: ``log p(O, Z, π)`` with the features integrated out (label-free: use it to
         compare chains and for convergence diagnostics).
+    :ivar log_likelihood: ``log p(O | Z)``, the features integrated out (the collapsed likelihood
+        of :func:`~numpyro_bnp.infer._linear_gaussian.collapsed_log_marginal`).
     :ivar rng_key: PRNG key.
     """
 
@@ -105,6 +107,7 @@ class RestrictedIBPGibbsState(NamedTuple):
     num_active: jnp.ndarray
     accept_prob: jnp.ndarray
     log_joint: jnp.ndarray
+    log_likelihood: jnp.ndarray
     rng_key: jnp.ndarray
 
 
@@ -429,7 +432,8 @@ class RestrictedIBPGibbs(MCMCKernel):
     functions (sorted ``π``, ``num_active``, row counts, ``log_joint``) when computing ESS or
     R-hat. Extra fields: ``num_active``, ``accept_prob`` (fraction of rows whose prior-row proposal
     was accepted), ``log_joint`` (``log p(O, Z, π)``, features integrated out; compare chains
-    with it — a chain stuck in a local mode has a clearly lower value).
+    with it — a chain stuck in a local mode has a clearly lower value), ``log_likelihood``
+    (``log p(O | Z)``, features integrated out).
     ``init_params`` may give the weight and/or rows site values (constrained); otherwise ``π``
     starts at its prior mean and the rows are drawn from their prior law given it (different for
     each chain); the features are drawn from their posterior.
@@ -445,7 +449,7 @@ class RestrictedIBPGibbs(MCMCKernel):
         >>> from numpyro_bnp import models
         >>> from numpyro_bnp.infer import RestrictedIBPGibbs
         >>> model = partial(models.restricted_linear_gaussian, num_obs=20, dim=4,
-        ...                 count_dist=dist.Poisson(2.0), alpha=2.0, max_features=10)
+        ...                 count_dist=dist.Poisson(2.0), mass=2.0, max_features=10)
         >>> obs = random.normal(random.PRNGKey(0), (20, 4))
         >>> mcmc = MCMC(RestrictedIBPGibbs(model), num_warmup=50, num_samples=100,
         ...             progress_bar=False)
@@ -578,6 +582,7 @@ class RestrictedIBPGibbs(MCMCKernel):
             num_active=jnp.sum(z.sum(0) > 0).astype(jnp.int32),
             accept_prob=jnp.zeros((), dtype),
             log_joint=log_lik + _log_prior(logits, z, nums, spec.max_count),
+            log_likelihood=log_lik,
             rng_key=key,
         )
 
@@ -602,6 +607,7 @@ class RestrictedIBPGibbs(MCMCKernel):
             num_active=jnp.sum(z.sum(0) > 0).astype(jnp.int32),
             accept_prob=jnp.mean(accepted.astype(logits.dtype)),
             log_joint=log_lik + _log_prior(logits, z, nums, spec.max_count),
+            log_likelihood=log_lik,
             rng_key=key,
         )
 

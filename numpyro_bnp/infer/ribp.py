@@ -155,7 +155,7 @@ class RIBPFilter(FixedOptions):
         >>> feats = rng.normal(size=(3, 6))
         >>> data = (rng.random((500, 3)) < 0.5) @ feats + 0.1 * rng.normal(size=(500, 6))
         >>> res = RIBPFilter(linear_gaussian).run(
-        ...     random.PRNGKey(0), data, dim=6, alpha=1.0, sigma_o=0.1,
+        ...     random.PRNGKey(0), data, dim=6, mass=1.0, sigma_o=0.1,
         ...     progress_bar=False)
         >>> int(res.state.num_seen), res.features["mean"].shape[1]  # active features: (K+, 6)
         (500, 6)
