@@ -31,8 +31,6 @@ from numpyro import handlers
 
 from numpyro_bnp import arviz_compat
 from numpyro_bnp._checks import nonnegative_int, positive_int, prng_key
-
-# bound before numpyro_bnp.infer loads: crm_slice still imports count_parity from this module
 from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer._model import row_log_density, trace_model, unwrap

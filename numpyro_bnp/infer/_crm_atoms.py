@@ -16,7 +16,7 @@ Bondesson mark, so it can be accepted later.
 
 The log density of the sampler's state (:meth:`AtomSeries.log_arrivals`,
 :meth:`AtomSeries.log_counts`, :meth:`AtomSeries.log_no_later_use`; assembled by
-:meth:`numpyro_bnp.infer.CRMSlice._log_joint`) is taken in the sampler's own coordinates:
+:func:`numpyro_bnp.infer._crm_target.log_joint`) is taken in the sampler's own coordinates:
 the arrivals ``Γ_1 < … < Γ_K`` of the instantiated atoms (Lebesgue measure), their uniform marks
 ``P_k`` (Lebesgue on ``(0, 1)``, density 1) and the counts (counting measure).
 """

@@ -32,8 +32,9 @@ finitely many atoms are ever instantiated; the rest (the tail) is integrated out
 The beta–negative-binomial topic model (paper §4.2) has Poisson word counts instead of the Normal
 likelihood: its counts ``X_dk ~ NB(r_d, θ_k)`` are the topics' shares of the words of document
 ``d``, step 3 is a Gibbs pass over the topic of every word and step 7 the conjugate Dirichlet draw
-of the topics (module :mod:`numpyro_bnp.infer._crm_topics`). The prior side — atoms, count law,
-thinning, the moves of steps 5 and 6 — is :mod:`numpyro_bnp.infer._crm_atoms`.
+of the topics (module :mod:`numpyro_bnp.infer._crm_topics`); for the models with a count site
+step 3 is :mod:`numpyro_bnp.infer._crm_counts`. The prior side — atoms, count law, thinning, the
+moves of steps 5 and 6 — is :mod:`numpyro_bnp.infer._crm_atoms`.
 
 Atoms live in a fixed-capacity buffer; atoms ``k < num_atoms`` are instantiated. A sweep whose
 slices ask for more atoms than the capacity is *saturated*: it runs on the truncated model and says
@@ -41,7 +42,8 @@ so in the ``saturated`` field. :meth:`CRMSlice.grow` pads a state to a larger ca
 
 Each state reports ``log_likelihood`` (``log p(y | X, ψ)``) and ``log_joint``, the log density of
 the sampler's target at the state with the slice variables and the atoms after the last
-instantiated one integrated out (:meth:`CRMSlice._log_joint`; the names of ``docs/vocabulary.md``).
+instantiated one integrated out (module :mod:`numpyro_bnp.infer._crm_target`; the names of
+``docs/vocabulary.md``).
 
 As a block of :class:`numpyro.infer.Gibbs` the kernel updates the CRM, count and trait sites given
 the sites of the other blocks (e.g. the noise scale, sampled by NUTS): each sweep reads the noise
@@ -52,7 +54,6 @@ import copy
 import math
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
@@ -68,11 +69,13 @@ from numpyro_bnp._checks import (
     positive_int,
     renamed_arguments,
 )
-from numpyro_bnp.diagnostics import count_parity
+from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions.crm import REPRESENTATIONS
 from numpyro_bnp.distributions.ibp import num_active_features
+from numpyro_bnp.infer import _crm_target as target
 from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._crm_atoms import AtomSeries
+from numpyro_bnp.infer._crm_counts import update_counts
 from numpyro_bnp.infer._crm_model import read_crm_trait_model
 from numpyro_bnp.infer._linear_gaussian import feature_posterior, sample_feature_posterior
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
@@ -105,8 +108,9 @@ class CRMSliceState(NamedTuple):
     :ivar log_likelihood: ``log p(y | X, ψ)`` (0 for a prior-only model); topic model:
         ``log p(y | rates, topics)`` at the rates drawn for the output.
     :ivar log_joint: the log density of the sampler's target at the state,
-        ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` (see :meth:`CRMSlice._log_joint`) with the
-        slice variables, the atoms after the ``K``-th and their traits integrated out.
+        ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` (see
+        :func:`~numpyro_bnp.infer._crm_target.log_joint`) with the slice variables, the atoms
+        after the ``K``-th and their traits integrated out.
     """
 
     i: jnp.ndarray
@@ -156,7 +160,8 @@ class CRMSlice(FixedOptions, MCMCKernel):
     :param int n_marks: Metropolis moves per mark and sweep.
     :param float mark_step: scale ``Δ_V`` of the logit random walk of the marks (paper: 0.3).
     :param int n_swaps: exchange moves per row and sweep after step 3 (``X_nj ↔ X_nk``; not in
-        the paper, see :meth:`_swap_moves`); 0 gives the paper's sweep.
+        the paper, see :func:`~numpyro_bnp.infer._crm_counts.swap_moves`); 0 gives the paper's
+        sweep.
 
     **Example**
 
@@ -313,7 +318,9 @@ class CRMSlice(FixedOptions, MCMCKernel):
         kernel, state = self._at(state, model_args, model_kwargs)
         spec = self.spec
         zero = jnp.zeros((), self.dtype)
-        log_lik = kernel._log_likelihood(state.residual) if self._observed else zero
+        log_lik = (
+            target.log_likelihood(state.residual, kernel._noise_var) if self._observed else zero
+        )
         theta = kernel._theta(state.arrivals, state.marks, state.num_atoms)
         log_joint = kernel._log_joint(
             theta,
@@ -424,89 +431,49 @@ class CRMSlice(FixedOptions, MCMCKernel):
             self.capacity = spec.truncation + math.ceil(self.xi_scale * (math.log(n) + 6.0))
 
     def _init_one(self, rng_key):
-        spec, dt, cap = self.spec, self.dtype, self.capacity
-        key, key_psi = random.split(rng_key)
-        n = spec.num_rows
-        if self._topics:
-            return self._init_topics(key)
-        z = {
-            spec.count_site: jnp.zeros((n, cap), jnp.int32),
-            spec.trait_site: self._draw_traits(key_psi, cap),
-        }
-        if spec.crm_site is not None:
-            z[spec.crm_site] = jnp.zeros(cap, dt)
-        residual = self._obs if self._observed else jnp.zeros((n, 0), dt)
-        zero = jnp.zeros((), dt)
-        empty = jnp.zeros((n, 0), jnp.int32)
-        log_lik = self._log_likelihood(residual) if self._observed else zero
-        num_atoms = jnp.zeros((), jnp.int32)
-        arrivals = jnp.zeros(cap, dt)
-        log_joint = self._log_joint(
-            jnp.zeros(cap, dt), arrivals, num_atoms, z[spec.count_site], z[spec.trait_site], log_lik
-        )
-        return CRMSliceState(
-            i=jnp.zeros((), jnp.int32),
-            z=z,
-            arrivals=arrivals,
-            marks=jnp.full(cap, 0.5, dt),
-            obs=residual,
-            residual=residual,
-            num_atoms=num_atoms,
-            num_active=jnp.zeros((), jnp.int32),
-            parity=jnp.ones((), jnp.int32),
-            num_slice_atoms=jnp.zeros((), jnp.int32),
-            saturated=jnp.zeros((), bool),
-            accept_gamma=zero,
-            accept_marks=zero,
-            log_likelihood=log_lik,
-            log_joint=log_joint,
-            counts=empty,
-            allocation=empty,
-            rng_key=key,
-        )
-
-    def _init_topics(self, key):
-        """Topic model: every token on atom 1, at ``Γ_1 = 1``, uniform topics (any start with
-        positive density will do; the first sweep moves them and computes ``θ``)."""
+        """A chain's first state, its atoms instantiated up to the last used one (as after a
+        sweep). With a count site: no count, no instantiated atom, traits from the prior. Topic
+        model: every token on atom 1, at ``Γ_1 = 1``, uniform topics (any start with positive
+        density will do; the first sweep moves them and computes ``θ``)."""
         spec, dt, cap, n = self.spec, self.dtype, self.capacity, self.spec.num_rows
-        words = self._obs if self._observed else jnp.zeros((n, 0), jnp.int32)
-        allocation = jnp.zeros(words.shape, jnp.int32)
-        counts = topic_model.token_counts(words, allocation, cap)
-        num_atoms = jnp.any(counts > 0).astype(jnp.int32)
+        key, key_psi = random.split(rng_key)
+        zero, empty = jnp.zeros((), dt), jnp.zeros((n, 0), jnp.int32)
+        if self._topics:
+            obs = self._obs if self._observed else empty
+            allocation = jnp.zeros(obs.shape, jnp.int32)
+            x = counts = topic_model.token_counts(obs, allocation, cap)
+            traits = jnp.full((cap, spec.dim), 1.0 / spec.dim, dt)
+            z = {spec.crm_site: jnp.zeros(cap, dt), spec.trait_site: traits}
+            z[spec.rate_site] = jnp.zeros((n, cap), dt)
+            residual, log_lik = jnp.zeros((n, 0), dt), zero
+        else:
+            x, traits = jnp.zeros((n, cap), jnp.int32), self._draw_traits(key_psi, cap)
+            z = {spec.count_site: x, spec.trait_site: traits}
+            if spec.crm_site is not None:
+                z[spec.crm_site] = jnp.zeros(cap, dt)
+            obs = residual = self._obs if self._observed else jnp.zeros((n, 0), dt)
+            log_lik = target.log_likelihood(residual, self._noise_var) if self._observed else zero
+            counts = allocation = empty
+        num_atoms = jnp.any(x > 0).astype(jnp.int32)
         arrivals = jnp.zeros(cap, dt).at[0].set(num_atoms.astype(dt))
         marks = jnp.full(cap, 0.5, dt)
-        theta = jnp.zeros(cap, dt)
-        z = {
-            spec.crm_site: theta,
-            spec.trait_site: jnp.full((cap, spec.dim), 1.0 / spec.dim, dt),
-            spec.rate_site: jnp.zeros((n, cap), dt),
-        }
-        zero = jnp.zeros((), dt)
-        log_joint = self._log_joint(
-            self._theta(arrivals, marks, num_atoms),
-            arrivals,
-            num_atoms,
-            counts,
-            z[spec.trait_site],
-            zero,
-            allocation,
-            words,
-        )
+        theta = self._theta(arrivals, marks, num_atoms)
+        log_joint = self._log_joint(theta, arrivals, num_atoms, x, traits, log_lik, allocation, obs)
         return CRMSliceState(
             i=jnp.zeros((), jnp.int32),
             z=z,
             arrivals=arrivals,
             marks=marks,
-            obs=words,
-            residual=jnp.zeros((n, 0), dt),
+            obs=obs,
+            residual=residual,
             num_atoms=num_atoms,
-            num_active=num_active_features(counts).astype(jnp.int32),
-            parity=count_parity(counts),
+            num_active=num_active_features(x).astype(jnp.int32),
+            parity=count_parity(x),
             num_slice_atoms=jnp.zeros((), jnp.int32),
             saturated=jnp.zeros((), bool),
             accept_gamma=zero,
             accept_marks=zero,
-            log_likelihood=zero,
+            log_likelihood=log_lik,
             log_joint=log_joint,
             counts=counts,
             allocation=allocation,
@@ -559,11 +526,6 @@ class CRMSlice(FixedOptions, MCMCKernel):
         eps = random.normal(key, (num, self.spec.dim), self.dtype)
         return self._trait_loc + jnp.sqrt(self._trait_var) * eps
 
-    def _log_likelihood(self, residual):
-        d = self._noise_var
-        quad = jnp.sum(residual**2 / d)
-        return -0.5 * quad - 0.5 * residual.shape[0] * jnp.sum(jnp.log(2 * jnp.pi * d))
-
     def _theta(self, arrivals, marks, num_atoms):
         """``(C,)`` atoms ``θ_k = τ(V_k, Γ_k)`` of the instantiated atoms, 0 beyond."""
         live = jnp.arange(arrivals.shape[-1]) < num_atoms
@@ -572,53 +534,16 @@ class CRMSlice(FixedOptions, MCMCKernel):
     def _log_joint(
         self, theta, arrivals, num_atoms, x, traits, log_lik, allocation=None, words=None
     ):
-        r"""The log density of the sampler's target at a state (the ``log_joint`` field).
-
-        In the sampler's coordinates (Zhu, Bouchard-Côté & Campbell 2020, Eq. 11; the series of
-        :mod:`numpyro_bnp.infer._crm_atoms`): the arrivals ``Γ_1 < … < Γ_K`` and uniform marks
-        ``P_k`` of the ``K`` instantiated atoms, the counts ``X`` and the traits ``ψ_{1:K}``,
-
-        .. math::
-            -Γ_K + \sum_{n, k \le K} \log h(X_{nk} \mid θ_k) - Λ(Γ_K)
-            + \sum_{k \le K} \log N(ψ_k; μ_0, σ_0^2 I) + \log N(y \mid Xψ, σ^2 I),
-
-        ``exp(-Λ)`` the probability that no row uses an atom after the ``K``-th
-        (:meth:`~numpyro_bnp.infer._crm_atoms.AtomSeries.log_no_later_use`). Integrated out: the
-        slice variables ``U``, the atoms after the ``K``-th and their traits. With the
-        inverse-Lévy series (``θ_k = N^{-1}(Γ_k)``) this is the log density of the model with
-        ``K`` atoms at ``(θ_{1:K}, X, ψ_{1:K}, y)`` (``θ`` its ``K`` largest atoms) minus
-        ``Σ_k log ν(θ_k)`` (the Jacobian ``dΓ_k/dθ_k = -ν(θ_k)``) minus ``Λ``.
-
-        Topic model: ``Dir(ψ_k; β)`` traits, negative-binomial counts (the rates integrated out)
-        and, instead of the Normal term, the words and their topics
-        ``Σ_{d,l} log ψ_{z_dl w_dl} + Σ_{d,k} log X_dk! - Σ_{d,v} log y_dv!``
-        (:func:`~numpyro_bnp.infer._crm_topics.log_token_density`).
-
-        :param theta: ``(C,)`` atoms (0 beyond ``K``); :param arrivals: ``(C,)`` ``Γ``;
-        :param num_atoms: ``K``; :param x: ``(N, C)`` counts; :param traits: ``(C, D)``;
-        :param log_lik: the Normal log-likelihood (ignored for topics);
-        :param allocation, words: ``(N, L)`` topics and word ids of the tokens (topic model).
-        """
-        atoms = self._atoms
-        live = jnp.arange(arrivals.shape[-1]) < num_atoms
-        last = jnp.maximum(num_atoms - 1, 0)
-        last_arrival = jnp.where(num_atoms > 0, arrivals[last], 0.0)
-        log_p = (
-            atoms.log_arrivals(last_arrival)
-            + atoms.log_counts(x, theta)
-            + atoms.log_no_later_use(last_arrival, theta[last], num_atoms)
-        )
+        """The ``log_joint`` field: :func:`~numpyro_bnp.infer._crm_target.log_joint` at this
+        kernel's prior (the topic concentration, or the trait prior ``N(μ_0, σ_0² I)``)."""
         if self._topics:
-            log_p += jnp.sum(
-                jnp.where(live, topic_model.log_dirichlet(traits, self._topic_beta), 0)
-            )
-            if self._observed:
-                log_p += topic_model.log_token_density(words, allocation, x, traits)
-            return log_p.astype(self.dtype)
-        loc, var = self._trait_loc, self._trait_var
-        log_normal = -0.5 * (traits - loc) ** 2 / var - 0.5 * jnp.log(2 * jnp.pi * var)
-        log_p += jnp.sum(jnp.where(live[:, None], log_normal, 0.0))
-        return (log_p + log_lik).astype(self.dtype)
+            data = {"allocation": allocation, "words": words} if self._observed else {}
+            prior = {"topic_beta": self._topic_beta, **data}
+        else:
+            prior = {"trait_loc": self._trait_loc, "trait_var": self._trait_var}
+        return target.log_joint(
+            self._atoms, theta, arrivals, num_atoms, x, traits, log_lik, **prior
+        )
 
     # ------------------------------------------------------------------ sweep steps
     def _reveal(self, key, gamma, marks, traits, start, stop):
@@ -634,121 +559,6 @@ class CRMSlice(FixedOptions, MCMCKernel):
 
         gamma, marks, traits, _ = lax.fori_loop(start, stop, body, (gamma, marks, traits, key))
         return gamma, marks, traits
-
-    def _x_step(self, key, x, residual, traits, theta, slice_atoms, stop):
-        """Update ``X_nk`` for ``k <= K_n`` (all rows at once, atoms in order; sweep step 3)."""
-        used = x > 0
-        later = jnp.flip(jnp.cumsum(jnp.flip(used, 1), 1), 1) - used  # used atoms after k
-        has_later = later > 0
-        inv_var = 1.0 / self._noise_var if self._observed else None
-        delta = self.xi_scale
-        bernoulli = self.spec.likelihood == "bernoulli"
-
-        def loglik(res, change, trait):  # log f(y_n | X_n + change e_k) - const, per row
-            if not self._observed:
-                return jnp.zeros(res.shape[0], self.dtype)
-            r = res - change[:, None] * trait
-            return -0.5 * jnp.sum(r * r * inv_var, axis=-1)
-
-        def body(j, carry):
-            x, residual, previous, key = carry
-            key, k_prop, k_acc = random.split(key, 3)
-            k = j + 1
-            x_old = lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False)
-            trait, th = traits[j], theta[j]
-            later_j = lax.dynamic_index_in_dim(has_later, j, axis=1, keepdims=False)
-
-            def neg_log_xi(value):  # -log ξ(k_n(x)); cancels when a later atom is used
-                last = jnp.where(value > 0, k, previous)
-                return jnp.where(later_j, 0.0, last / delta)
-
-            if bernoulli:
-                one, zero = jnp.ones_like(x_old), jnp.zeros_like(x_old)
-                logit = (
-                    jnp.log(th)
-                    - jnp.log1p(-th)
-                    + loglik(residual, (one - x_old).astype(self.dtype), trait)
-                    - loglik(residual, (zero - x_old).astype(self.dtype), trait)
-                    + neg_log_xi(one)
-                    - neg_log_xi(zero)
-                )
-                u = random.uniform(k_acc, x_old.shape, self.dtype)
-                x_new = (u < jax.nn.sigmoid(logit)).astype(x.dtype)
-            else:
-                step = jnp.where(random.bernoulli(k_prop, 0.5, x_old.shape), 1, -1)
-                x_prop = jnp.maximum(x_old + step, 0)
-                change = (x_prop - x_old).astype(self.dtype)
-                log_ratio = (
-                    self._atoms.entry_logh(x_prop, th)
-                    - self._atoms.entry_logh(x_old, th)
-                    + loglik(residual, change, trait)
-                    - loglik(residual, jnp.zeros_like(change), trait)
-                    + neg_log_xi(x_prop)
-                    - neg_log_xi(x_old)
-                )
-                u = random.uniform(k_acc, x_old.shape, self.dtype)
-                ok = (x_old + step >= 0) & (jnp.log(u) < log_ratio)
-                x_new = jnp.where(ok, x_prop, x_old).astype(x.dtype)
-            x_new = jnp.where(k <= slice_atoms, x_new, x_old)
-            if self._observed:
-                residual = residual - (x_new - x_old).astype(self.dtype)[:, None] * trait
-            previous = jnp.where(x_new > 0, k, previous)
-            x = lax.dynamic_update_index_in_dim(x, x_new, j, axis=1)
-            return x, residual, previous, key
-
-        previous = jnp.zeros(x.shape[0], jnp.int32)
-        key, key_swap = random.split(key)
-        x, residual, _, _ = lax.fori_loop(0, stop, body, (x, residual, previous, key))
-        return self._swap_moves(key_swap, x, residual, traits, theta, slice_atoms)
-
-    def _swap_moves(self, key, x, residual, traits, theta, slice_atoms):
-        """Exchange moves: per row, propose swapping ``X_nj`` and ``X_nk`` for ``j, k <= K_n``.
-
-        Not in the paper: one-entry Gibbs cannot move a row from an atom to a near-duplicate of
-        it (both intermediate states cost ``||ψ||²/2σ²``), so posterior modes with duplicated
-        traits trap the sampler. The pair ``(j, k)`` is uniform on ``{1..K_n}²`` (a symmetric
-        proposal given ``U``); the Metropolis ratio is the ratio of ``h``, ``f`` and
-        ``1/ξ(k_n)``, so the target is unchanged.
-        """
-        if self.n_swaps == 0:
-            return x, residual
-        n = x.shape[0]
-        rows = jnp.arange(n)
-        index = jnp.arange(1, x.shape[1] + 1, dtype=jnp.int32)
-        inv_var = 1.0 / self._noise_var if self._observed else None
-
-        def move(_, carry):
-            x, residual, key = carry
-            key, k_j, k_k, k_acc = random.split(key, 4)
-            span = jnp.maximum(slice_atoms, 1).astype(self.dtype)
-            j = jnp.floor(random.uniform(k_j, (n,), self.dtype) * span).astype(jnp.int32)
-            k = jnp.floor(random.uniform(k_k, (n,), self.dtype) * span).astype(jnp.int32)
-            j, k = jnp.minimum(j, slice_atoms - 1), jnp.minimum(k, slice_atoms - 1)
-            xj, xk = x[rows, j], x[rows, k]
-            x_new = x.at[rows, j].set(xk).at[rows, k].set(xj)
-            ok = (slice_atoms > 0) & (j != k) & (xj != xk)
-            th_j, th_k = theta[j], theta[k]
-            log_ratio = (
-                self._atoms.entry_logh(xk, th_j)
-                + self._atoms.entry_logh(xj, th_k)
-                - self._atoms.entry_logh(xj, th_j)
-                - self._atoms.entry_logh(xk, th_k)
-            )
-            change = (xk - xj).astype(self.dtype)[:, None] * (traits[j] - traits[k])
-            if self._observed:
-                r_new = residual - change
-                log_ratio += -0.5 * jnp.sum((r_new**2 - residual**2) * inv_var, axis=-1)
-            last_old = jnp.max(jnp.where(x > 0, index, 0), axis=1)
-            last_new = jnp.max(jnp.where(x_new > 0, index, 0), axis=1)
-            log_ratio += (last_new - last_old) / self.xi_scale  # 1/ξ(k_n), ξ(k) = e^{-k/Δ}
-            accept = ok & (jnp.log(random.uniform(k_acc, (n,), self.dtype)) < log_ratio)
-            x = jnp.where(accept[:, None], x_new, x)
-            if self._observed:
-                residual = jnp.where(accept[:, None], residual - change, residual)
-            return x, residual, key
-
-        x, residual, _ = lax.fori_loop(0, self.n_swaps, move, (x, residual, key))
-        return x, residual
 
     def _trait_step(self, key, x, obs, allocation):
         """``Ψ | X, Y``: per column, ``N(P^{-1} b, P^{-1})`` with ``P = XᵀX/σ² + I/σ_0²``.
@@ -800,7 +610,20 @@ class CRMSlice(FixedOptions, MCMCKernel):
             )
             residual = state.residual
         else:
-            x, residual = self._x_step(k_x, x, state.residual, traits, theta, slice_atoms, k_star)
+            noise_var = self._noise_var if self._observed else None
+            x, residual = update_counts(
+                k_x,
+                x,
+                state.residual,
+                traits,
+                theta,
+                slice_atoms,
+                k_star,
+                atoms=self._atoms,
+                noise_var=noise_var,
+                xi_scale=self.xi_scale,
+                n_swaps=self.n_swaps,
+            )
 
         # 4. prune trailing unused atoms, reveal one sentinel
         used = jnp.any(x > 0, axis=0)
@@ -830,7 +653,7 @@ class CRMSlice(FixedOptions, MCMCKernel):
         else:
             if self._observed:
                 residual = state.obs - x.astype(self.dtype) @ traits
-                log_lik = self._log_likelihood(residual)
+                log_lik = target.log_likelihood(residual, self._noise_var)
             else:
                 log_lik = jnp.zeros((), self.dtype)
             z = {spec.count_site: x, spec.trait_site: traits}
