@@ -15,6 +15,7 @@ import numpyro.distributions as dist
 import pytest
 from jax import lax, random
 from scipy import stats
+from scipy.special import logsumexp
 
 from numpyro_bnp import families as fam
 
@@ -93,8 +94,45 @@ def per_draw(fn):
 
     Only for densities without matrix factorisations: two batched CPU LAPACK kernels in one
     program can deadlock jax 0.10 on two cores, so the Gaussian references use SciPy instead.
+    The posterior's parameters stay constants of the closure (one compilation per posterior):
+    XLA folds them, which compiles faster than one program shared with parameter arguments.
     """
     return lambda thetas, *args: np.asarray(jax.jit(jax.vmap(lambda th: fn(th, *args)))(thetas))
+
+
+# The reference predictives, compiled once per case (and shared by the variants of
+# ``normal_case``) rather than dispatched op by op for every cluster. Each program holds at most
+# one (unbatched) LAPACK kernel: Cholesky factors are computed in NumPy.
+
+
+@jax.jit
+def dirichlet_multinomial_log_prob(x, conc):
+    return dist.DirichletMultinomial(conc, total_count=x.sum(-1)).log_prob(x)
+
+
+@jax.jit
+def mvn_log_prob(x, loc, scale_tril):
+    return dist.MultivariateNormal(loc, scale_tril=scale_tril).log_prob(x)
+
+
+@jax.jit
+def mvt_log_prob(x, df, loc, scale_tril):
+    return dist.MultivariateStudentT(df, loc, scale_tril).log_prob(x)
+
+
+@jax.jit
+def student_t_log_prob(x, df, loc, scale):
+    return dist.StudentT(df, loc, scale).log_prob(x).sum(-1)
+
+
+@jax.jit
+def gamma_poisson_log_prob(x, a, b):
+    return dist.GammaPoisson(a, b).log_prob(x).sum(-1)
+
+
+@jax.jit
+def beta_bernoulli_log_prob(x, a, b):
+    return dist.BetaBinomial(a, b, total_count=1).log_prob(x).sum(-1)
 
 
 # ---------------------------------------------------------------- cases and brute-force references
@@ -119,7 +157,7 @@ def dirichlet_case():
         return {
             "theta": per_draw(dist.Dirichlet(conc).log_prob),
             "lik": per_draw(lambda theta, x: dist.Multinomial(x.sum(), theta).log_prob(x)),
-            "pred": lambda x: dist.DirichletMultinomial(conc, total_count=x.sum(-1)).log_prob(x),
+            "pred": lambda x: dirichlet_multinomial_log_prob(x, conc),
             "mean": conc / conc.sum(),
             "params": (conc, conc.sum()),
         }
@@ -148,7 +186,7 @@ def normal_case(prior_full=True, noise_full=True, dim=3):
         return {
             "theta": stats.multivariate_normal(mean, post_cov).logpdf,
             "lik": lambda theta, x: stats.multivariate_normal(x, cov).logpdf(theta),
-            "pred": lambda x: dist.MultivariateNormal(mean, cov + post_cov).log_prob(x),
+            "pred": lambda x: mvn_log_prob(x, mean, np.linalg.cholesky(cov + post_cov)),
             "mean": mean,
         }
 
@@ -197,9 +235,7 @@ def normal_wishart_case(dim=3):
             "lik": lambda th, x: _mvn_precision_logpdf(
                 x, np.asarray(th.loc), np.asarray(th.precision)
             ),
-            "pred": lambda x: dist.MultivariateStudentT(
-                df, loc, np.linalg.cholesky(shape)
-            ).log_prob(x),
+            "pred": lambda x: mvt_log_prob(x, df, loc, np.linalg.cholesky(shape)),
             "mean": fam.MeanPrecision(loc, nu * np.linalg.inv(psi)),
             "params": (kappa, loc, nu, psi),
         }
@@ -229,7 +265,7 @@ def normal_gamma_case(dim=3):
             "lik": per_draw(
                 lambda th, x: dist.Normal(th.loc, th.precision**-0.5).log_prob(x).sum()
             ),
-            "pred": lambda x: dist.StudentT(2 * a, loc, scale).log_prob(x).sum(-1),
+            "pred": lambda x: student_t_log_prob(x, 2 * a, loc, scale),
             "mean": fam.MeanPrecision(loc, a / b),
             "params": (kappa, loc, a, b),
         }
@@ -247,7 +283,7 @@ def gamma_poisson_case():
         return {
             "theta": per_draw(lambda th: dist.Gamma(a, b).log_prob(th).sum()),
             "lik": per_draw(lambda th, x: dist.Poisson(th).log_prob(x).sum()),
-            "pred": lambda x: dist.GammaPoisson(a, b).log_prob(x).sum(-1),
+            "pred": lambda x: gamma_poisson_log_prob(x, a, b),
             "mean": a / b,
             "params": (a, b),
         }
@@ -265,7 +301,7 @@ def beta_bernoulli_case():
         return {
             "theta": per_draw(lambda th: dist.Beta(a, b).log_prob(th).sum()),
             "lik": per_draw(lambda th, x: dist.Bernoulli(probs=th).log_prob(x).sum()),
-            "pred": lambda x: dist.BetaBinomial(a, b, total_count=1).log_prob(x).sum(-1),
+            "pred": lambda x: beta_bernoulli_log_prob(x, a, b),
             "mean": a / (a + b),
             "params": (a, b),
         }
@@ -422,11 +458,11 @@ def test_dtype_follows_the_prior(case):
 def test_dirichlet_multinomial_pmf_sums_to_one():
     """All 6 count vectors with V = 3 and N = 2, at a non-symmetric posterior."""
     family = fam.DirichletMultinomial.from_prior(dist.Dirichlet(jnp.array([0.3, 1.0, 2.5])))
-    params = family.update(family.prior, fam.sparse_counts(jnp.array([4, 0, 1])), 0.6)
+    params = update(family, family.prior, fam.sparse_counts(jnp.array([4, 0, 1])), 0.6)
     dense = [c for c in itertools.product(range(3), repeat=3) if sum(c) == 2]
     assert len(dense) == 6
     lp = log_predictive_all(family, params, fam.sparse_counts(np.array(dense)))
-    assert float(jax.nn.logsumexp(lp)) == pytest.approx(0.0, abs=1e-13)
+    assert float(logsumexp(np.asarray(lp))) == pytest.approx(0.0, abs=1e-13)
 
 
 def test_sparse_counts_pads_documents_of_different_lengths():
@@ -511,12 +547,12 @@ def test_normal_wishart_kl_reference_value():
     family = fam.NormalWishart.from_prior(
         dist.Wishart(4.0, scale_matrix=jnp.eye(2)), loc=jnp.zeros(2), kappa=1.0
     )
-    w1 = jnp.array([[0.5, 0.1], [0.1, 0.8]])
+    w1 = np.array([[0.5, 0.1], [0.1, 0.8]])
     q = fam.NormalWishartParams(
         jnp.array(3.0),
         jnp.array([0.3, -0.2]),
         jnp.array(6.0),
-        jnp.linalg.cholesky(jnp.linalg.inv(w1)),
+        np.linalg.cholesky(np.linalg.inv(w1)),
     )
     kl = jax.jit(fam.NormalWishart.kl)(family, q, family.prior)
     assert float(kl) == pytest.approx(0.937491, abs=1e-6)
@@ -551,17 +587,18 @@ def test_gamma_poisson_and_beta_bernoulli_exact_pmfs():
     """Against SciPy (negative binomial with p = b/(b+1); Bernoulli with p = a/(a+b)), and the
     Poisson predictive of a scalar-event prior sums to 1."""
     gp = fam.GammaPoisson.from_prior(dist.Gamma(2.5, 0.7))
-    params = gp.update(gp.init_clusters(2), 3.0, jnp.array([0.4, 1.0]))
-    x = jnp.arange(400.0)
-    lp = log_predictive_all(gp, params, x)  # (400, 2)
+    params = update(gp, gp.init_clusters(2), 3.0, jnp.array([0.4, 1.0]))
+    x = np.arange(400.0)
+    lp = np.asarray(log_predictive_all(gp, params, x))  # (400, 2)
     a, b = np.asarray(params.concentration), np.asarray(params.rate)
     np.testing.assert_allclose(
         lp[:20], stats.nbinom.logpmf(np.arange(20)[:, None], a, b / (b + 1)), rtol=1e-12
     )
-    np.testing.assert_allclose(jax.nn.logsumexp(lp, axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(logsumexp(lp, axis=0), 0.0, atol=1e-12)
     bb = fam.BetaBernoulli.from_prior(dist.Beta(jnp.array([0.5, 2.0]), 1.5).to_event(1))
-    params = bb.update(bb.prior, jnp.array([1.0, 0.0]), 0.8)
-    p = np.asarray(params.concentration1 / (params.concentration1 + params.concentration0))
+    params = update(bb, bb.prior, jnp.array([1.0, 0.0]), 0.8)
+    a, b = np.asarray(params.concentration1), np.asarray(params.concentration0)
+    p = a / (a + b)
     xs = np.array(list(itertools.product((0.0, 1.0), repeat=2)))
     want = stats.bernoulli.logpmf(xs, p).sum(-1)
     np.testing.assert_allclose(log_predictive_all(bb, params, xs), want, rtol=1e-12)
