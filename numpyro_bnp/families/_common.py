@@ -67,6 +67,13 @@ def _lift(value, dtype, ndim):
     return value.reshape(value.shape + (1,) * ndim)
 
 
+def _mix(params, base, rho, dtype, ndim):
+    """``ρ params + (1 − ρ) base`` leaf by leaf: tempering of a family whose parameters are
+    natural parameters with ``ndim`` event axes (``q^ρ base^(1−ρ)`` is linear in them)."""
+    r = _lift(rho, dtype, ndim)
+    return jax.tree.map(lambda u, v: r * u + (1 - r) * v, params, base)
+
+
 def _describe(prior):
     return (
         f"{type(prior).__name__} with batch shape {tuple(prior.batch_shape)} and event shape "

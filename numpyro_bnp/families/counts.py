@@ -21,6 +21,7 @@ from numpyro_bnp.families._common import (
     _gamma_kl,
     _lift,
     _log_rising,
+    _mix,
     _shared,
 )
 
@@ -245,8 +246,7 @@ class GammaPoisson(ConjugateFamily):
 
     def interpolate(self, params, base, rho):
         """(a, b) = ρ (a, b)_params + (1 − ρ) (a, b)_base."""
-        r = _lift(rho, self.dtype, self._ndim())
-        return jax.tree.map(lambda u, v: r * u + (1 - r) * v, params, base)
+        return _mix(params, base, rho, self.dtype, self._ndim())
 
     def sample(self, key, params):
         """Rates θ (the batch and event shape)."""
@@ -322,8 +322,7 @@ class BetaBernoulli(ConjugateFamily):
 
     def interpolate(self, params, base, rho):
         """(a, b) = ρ (a, b)_params + (1 − ρ) (a, b)_base."""
-        r = _lift(rho, self.dtype, self._ndim())
-        return jax.tree.map(lambda u, v: r * u + (1 - r) * v, params, base)
+        return _mix(params, base, rho, self.dtype, self._ndim())
 
     def sample(self, key, params):
         """Probabilities θ (the batch and event shape): the first coordinate of a
