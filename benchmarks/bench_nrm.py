@@ -1,0 +1,980 @@
+"""Benchmark of ADF / EP for NGGP mixtures of multinomials (Tank, Foti & Fox, AISTATS 2015).
+
+    python benchmarks/bench_nrm.py              # Reuters, digits, synthetic corpus of 100,000 docs
+    python benchmarks/bench_nrm.py --quick      # synthetic corpus of 5,000 docs, n in {1k, 5k}
+    python benchmarks/bench_nrm.py --data reuters digits
+    python benchmarks/bench_nrm.py --selfcheck  # only the checks of the NumPy reference (seconds)
+
+Engines: :class:`numpyro_bnp.infer.ADFNRM` (assumed density filtering, one pass, the paper's
+Algorithm 1, see docs/nrm.md) and :class:`numpyro_bnp.infer.EPNRM` (expectation propagation
+after ADF) on :func:`numpyro_bnp.models.nggp_multinomial_mixture`, with the DP (σ = 0) and the
+normalized inverse-Gaussian ("IG", σ = 1/2) priors, τ = 1. Where the library does not provide
+them yet the rows are skipped with a message and the rest of the script runs. The engine calls
+are in :func:`run_adf`, :func:`run_ep` and :func:`run_adf_gaussian`.
+
+The naive reference (:class:`NumpyADF`) is an independent NumPy/SciPy implementation of the same
+ADF step for Dirichlet–multinomial components, one document at a time in Python: the predictive
+weights of the paper's Eq. (23) (max(E[n_k] − σ, 0) and a(Û + τ)^σ, Û the mode of log U,
+the root of h'(s) = 0, by safeguarded Newton), the Dirichlet–multinomial predictive summed over
+the document's distinct words, log-sum-exp responsibilities, the new-cluster threshold ε, soft
+counts and the recursion E[K_n] = E[K_{n-1}] + Σ_k r_k exp(ℓ_k), ℓ_k = Σ_i log1p(−r_ik).
+``--selfcheck`` checks it against a brute-force recomputation from the full history (for σ = 0
+this is Lin's 2013 sequential variational DP) and checks the held-out scoring.
+
+Data and what is printed (one table of figures and one of ratios per data set):
+
+* Reuters (``lda.datasets.load_reuters``, 395 documents, vocabulary 4,258; ``pip install lda``):
+  a fixed 80/20 train/test split; held-out log predictive per document, clusters, documents/s.
+* scikit-learn digits as 64-word count documents (pixel intensities 0–16 are the counts), 80/20:
+  NMI/ARI of the hard assignments of the training images (argmax of ``predict_proba``) against
+  the digit labels, held-out log predictive; scikit-learn ``BayesianGaussianMixture`` (truncated
+  DP, 50 full- or diagonal-covariance components) on the dequantised pixels as what users use
+  today, and the engine with Gaussian components if the library has such a model.
+* A synthetic corpus at NYT-like scale: cluster labels from a Pitman–Yor(0.75, 1) Chinese
+  restaurant process, topics θ_k ~ Dirichlet(0.05) over 8,000 words, lengths ~ Poisson(150)
+  (about 127 distinct words per document), held as scipy.sparse CSR; a random 2,000 held out
+  (exchangeable with the training documents). At each training size n (a curve over n) the
+  ADF/EP rows (EP up to n = 5,000), the NumPy reference (at n = 5,000 only: it is slow), and the
+  oracle: the true partition of the n training documents with its Dirichlet posteriors and the
+  generating Pitman–Yor urn weights, i.e. ground-truth-labelled cluster parameters. Topics this
+  sparse over 8,000 words barely overlap, so the partition is recovered almost exactly (NMI ≈ 1)
+  and the priors differ through the predictive weights, chiefly that of a new cluster.
+
+Hyper-parameters (all options): GGP mass a = 1, τ = 1, threshold ε = 0.5 (≥ σ for both priors),
+Dirichlet λ0 = 0.05 (Reuters, synthetic) and 0.2 (digits), ``max_clusters`` = 4,096.
+
+Held-out scores are log p(x | N_x) of each test document under the full predictive mixture
+(instantiated clusters and a new one), multinomial coefficient included, in nats per document.
+"""
+
+import argparse
+import time
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import gammaln, logsumexp
+
+TAU = 1.0
+PRIORS = (("DP", 0.0), ("IG", 0.5))
+CHUNK = 256  # engine chunk size
+EP_PASSES = (1, 5, 20)
+
+# synthetic corpus (the paper's §4.2 generator at the scale of its NYT experiment)
+SYN_VOCAB, SYN_DISCOUNT, SYN_CONCENTRATION = 8_000, 0.75, 1.0
+SYN_TOPIC_CONCENTRATION, SYN_MEAN_LENGTH = 0.05, 150.0
+# default Dirichlet λ0 per data set (synthetic: the generator's; the others: the best of
+# {0.01, 0.05, 0.2, 1} for the NumPy reference's held-out log predictive, both priors)
+CONCENTRATION = {"reuters": 0.05, "digits": 0.2, "synthetic": SYN_TOPIC_CONCENTRATION}
+
+
+class Hyper(NamedTuple):
+    """Hyper-parameters shared by the engines and the reference (GGP mass a, Dirichlet λ0, ε)."""
+
+    mass: float = 1.0
+    concentration: float = SYN_TOPIC_CONCENTRATION
+    threshold: float = 0.5
+    max_clusters: int = 4096
+
+
+# ============================================================================ engine calls
+def _library():
+    """``(ADFNRM, EPNRM, models)`` from numpyro_bnp; a class is None where it is not there yet."""
+    try:
+        from numpyro_bnp import infer, models
+    except ImportError as err:  # pragma: no cover - the library itself missing
+        print(f"numpyro_bnp not importable ({err}): engine rows skipped")
+        return None, None, None
+    adf, ep = getattr(infer, "ADFNRM", None), getattr(infer, "EPNRM", None)
+    if getattr(models, "nggp_multinomial_mixture", None) is None:
+        adf = ep = None
+    return adf, ep, models
+
+
+def _engine_kwargs(data, sigma, hyper, **sizes):
+    return dict(
+        num_obs=data.shape[0],
+        mass=hyper.mass,
+        sigma=sigma,
+        tau=TAU,
+        max_clusters=hyper.max_clusters,
+        chunk_size=CHUNK,
+        progress_bar=False,
+        **sizes,
+    )
+
+
+def _timed_run(engine, data, kwargs, seed):
+    """Run on the first chunk (compilation), then on ``data``: ``(result, s, compile s)``."""
+    import jax
+    from jax import random
+
+    t0 = time.perf_counter()
+    warm = data[: min(CHUNK, data.shape[0])]
+    out = engine.run(random.PRNGKey(seed), warm, **{**kwargs, "num_obs": warm.shape[0]})
+    jax.block_until_ready(out.cluster_sizes)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = engine.run(random.PRNGKey(seed), data, **kwargs)
+    jax.block_until_ready(result.cluster_sizes)
+    return result, time.perf_counter() - t0, compile_s
+
+
+def run_adf(train, sigma, hyper, seed=0):
+    """``ADFNRM`` on ``train`` ((N, V) dense counts or CSR): ``(result, seconds, compile s)``."""
+    adf, _, models = _library()
+    engine = adf(
+        models.nggp_multinomial_mixture,
+        new_cluster_threshold=hyper.threshold,
+        u_estimate="log_mode",
+    )
+    kwargs = _engine_kwargs(
+        train, sigma, hyper, vocab=train.shape[1], concentration=hyper.concentration
+    )
+    return _timed_run(engine, train, kwargs, seed)
+
+
+def run_ep(train, sigma, hyper, num_passes, seed=0):
+    """``EPNRM`` (ADF then ``num_passes`` EP sweeps) on ``train``: ``(result, s, compile s)``."""
+    _, ep, models = _library()
+    engine = ep(
+        models.nggp_multinomial_mixture,
+        num_passes=num_passes,
+        new_cluster_threshold=hyper.threshold,
+        u_estimate="log_mode",
+    )
+    kwargs = _engine_kwargs(
+        train, sigma, hyper, vocab=train.shape[1], concentration=hyper.concentration
+    )
+    return _timed_run(engine, train, kwargs, seed)
+
+
+def gaussian_model():
+    """The library's NGGP mixture of Gaussians (diagonal preferred), or None."""
+    _, _, models = _library()
+    if models is None:
+        return None
+    for name in ("nggp_diagonal_gaussian_mixture", "nggp_gaussian_mixture"):
+        if getattr(models, name, None) is not None:
+            return name, getattr(models, name)
+    return None
+
+
+def run_adf_gaussian(train, sigma, hyper, seed=0):
+    """``ADFNRM``, Gaussian components, on ``train`` ((N, D) float): ``(result, s, compile s)``."""
+    from numpyro_bnp.infer import ADFNRM
+
+    _, model = gaussian_model()
+    engine = ADFNRM(model, new_cluster_threshold=hyper.threshold, u_estimate="log_mode")
+    kwargs = _engine_kwargs(train, sigma, hyper, dim=train.shape[1])
+    return _timed_run(engine, train, kwargs, seed)
+
+
+# set to True if the engines' log_predictive leaves out log(N_x! / Π_v x_v!) (docs/nrm.md §5.1)
+ENGINE_OMITS_MULTINOMIAL_COEF = False
+
+
+def log_multinomial_coef(docs):
+    """log(N_x! / Π_v x_v!) of each document (M,)."""
+    docs = sp.csr_matrix(docs, dtype=np.float64)
+    rows = np.repeat(np.arange(docs.shape[0]), np.diff(docs.indptr))
+    per_word = np.bincount(rows, gammaln(docs.data + 1.0), minlength=docs.shape[0])
+    return gammaln(np.asarray(docs.sum(axis=1)).ravel() + 1.0) - per_word
+
+
+def engine_row(label, run, n, test, evaluate=None, note="", counts=True):
+    """A table row from an engine run ``(result, s, compile s)``.
+
+    ``evaluate``: ``(docs, labels)`` whose hard assignments (argmax of ``predict_proba``) are
+    scored against ``labels`` by NMI / ARI; ``counts``: the test rows are count documents.
+    """
+    result, seconds, compile_s = run
+    sizes = np.asarray(result.cluster_sizes)
+    row = dict(
+        label=label,
+        n=n,
+        docs_s=n / seconds,
+        seconds=seconds,
+        lp=np.asarray(result.log_predictive(test), np.float64),
+        K=len(sizes),
+        EK=float(np.asarray(result.traces["num_clusters"])[-1]),
+        note=f"compile {compile_s:.1f} s" + (f"; {note}" if note else ""),
+    )
+    if ENGINE_OMITS_MULTINOMIAL_COEF and counts:
+        row["lp"] = row["lp"] + log_multinomial_coef(test)
+    if evaluate is not None:
+        docs, labels = evaluate
+        row.update(clustering(np.argmax(np.asarray(result.predict_proba(docs)), axis=1), labels))
+    return row
+
+
+def engine_rows(train, test, hyper, evaluate=None, ep=True, seed=0):
+    """ADF (and EP for each of ``EP_PASSES``) rows for both priors; [] without the engine."""
+    adf_cls, ep_cls, _ = _library()
+    rows = []
+    if adf_cls is None:
+        return rows
+    n = train.shape[0]
+    for prior, sigma in PRIORS:
+        rows.append(
+            engine_row(f"ADF {prior}", run_adf(train, sigma, hyper, seed), n, test, evaluate)
+        )
+        if ep and ep_cls is not None:
+            for passes in EP_PASSES:
+                run = run_ep(train, sigma, hyper, passes, seed)
+                rows.append(engine_row(f"EP x{passes} {prior}", run, n, test, evaluate))
+    for row in rows:
+        if row["K"] >= hyper.max_clusters:
+            row["note"] += "; saturated (K = max_clusters)"
+    return rows
+
+
+# ============================================================================ held-out scoring
+def dm_log_marginals(test, stats, lam0):
+    """log ∫ Mult(x_j | N_j, θ) Dir(θ | λ0 + stats_k) dθ, docs j, clusters k (docs/nrm.md §5.1).
+
+    ``test``: (M, V) integer counts (dense or sparse); ``stats``: (K, V) non-negative (soft)
+    counts of each cluster beyond the symmetric prior λ0. Returns (M, K + 1); the last column is
+    the prior predictive (an empty cluster). Multinomial coefficient included.
+
+    Sparse in both arguments: lgamma(λ + x) − lgamma(λ) = Σ_{t<x} log(λ + t), so the words a
+    document shares with a cluster add Σ_t [x_v > t] log1p(c_kv / (λ0 + t)), one sparse product
+    per t, to the document's prior predictive.
+    """
+    test = sp.csr_matrix(test, dtype=np.float64)
+    stats = sp.csr_matrix(stats, dtype=np.float64)
+    if np.any(test.data != np.round(test.data)):
+        raise ValueError("test documents must hold integer counts")
+    num_docs, vocab = test.shape
+    num_clusters = stats.shape[0]
+    length = np.asarray(test.sum(axis=1)).ravel()
+    rows = np.repeat(np.arange(num_docs), np.diff(test.indptr))
+    per_word = gammaln(lam0 + test.data) - gammaln(lam0) - gammaln(test.data + 1.0)
+    base = gammaln(length + 1.0) + np.bincount(rows, per_word, minlength=num_docs)
+    total0 = vocab * lam0
+    totals = total0 + np.asarray(stats.sum(axis=1)).ravel()
+    out = np.empty((num_docs, num_clusters + 1))
+    out[:, -1] = base + gammaln(total0) - gammaln(total0 + length)
+    out[:, :-1] = base[:, None] + gammaln(totals) - gammaln(totals + length[:, None])
+    stats_t = stats.T.tocsr()  # (V, K)
+    for t in range(int(test.data.max(initial=0))):
+        active = test.copy()
+        active.data = (active.data > t).astype(np.float64)
+        active.eliminate_zeros()
+        words = np.unique(active.indices)
+        sub = stats_t[words]
+        sub.data = np.log1p(sub.data / (lam0 + t))
+        shared = (active[:, words] @ sub).tocoo()
+        out[shared.row, shared.col] += shared.data
+    return out
+
+
+def mixture_log_predictive(log_marginals, log_weights):
+    """log Σ_k w_k p_k(x_j) with w ∝ exp(log_weights) (K + 1,): (M,) from (M, K + 1)."""
+    log_weights = log_weights - logsumexp(log_weights)
+    return logsumexp(log_marginals + log_weights, axis=1)
+
+
+def mixture_proba(log_marginals, log_weights):
+    """Posterior cluster probabilities (M, K + 1) of each document, the last column new."""
+    joint = log_marginals + log_weights
+    return np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
+
+
+def clustering(assigned, labels):
+    """NMI and ARI of hard assignments (n,) against true labels (n,)."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    return dict(
+        nmi=normalized_mutual_info_score(labels, assigned),
+        ari=adjusted_rand_score(labels, assigned),
+    )
+
+
+# ============================================================================ NumPy reference
+def log_mode_u(m, k_bar, mass, sigma, tau, s0=0.0, tol=1e-12, max_iter=200):
+    """Û = exp(s*), s* the root of h'(s) = 0 (paper §3.3; docs/nrm.md §3.4), the mode of log U.
+
+    h(s) = m s + (K̄σ − m) log(e^s + τ) − (a/σ)(e^s + τ)^σ is the log density of s = log U under
+    q(U) after ``m`` documents with ``k_bar`` = E[K_m] expected clusters; it is strictly concave
+    for K̄σ ≤ m. Newton from ``s0`` (a warm start), falling back to bisection whenever a step
+    leaves the current bracket (initially [−50, 50]). Returns s*.
+    """
+    lo, hi = -50.0, 50.0
+    s = min(max(s0, lo), hi)
+    for _ in range(max_iter):
+        u = np.exp(s)
+        w = u / (u + tau)
+        new = mass * (u + tau) ** sigma
+        d1 = m - (m - k_bar * sigma) * w - w * new
+        if d1 > 0:
+            lo = s
+        else:
+            hi = s
+        d2 = -(m - k_bar * sigma) * w * (1.0 - w) - w * new * ((1.0 - w) + sigma * w)
+        step = s - d1 / d2
+        s_next = step if lo < step < hi else 0.5 * (lo + hi)
+        if abs(s_next - s) < tol:
+            return s_next
+        s = s_next
+    return s
+
+
+class NumpyADF:
+    """ADF-NRM for Dirichlet–multinomial components in plain NumPy, one document at a time.
+
+    The paper's §3.1–3.3 (docs/nrm.md Algorithm 1), written independently of the library. State
+    after n documents, for the K instantiated clusters: ``stats`` (K, V) Σ_i r_ik x_i,
+    ``totals`` (K,) its row sums, ``sizes`` (K,) E[n_k] = Σ_i r_ik, ``log_empty`` (K,)
+    ℓ_k = Σ_i log1p(−r_ik), ``expected_k`` E[K_n], ``log_u`` log Û. ``trace`` holds E[K_n].
+    """
+
+    def __init__(self, vocab, mass, sigma, tau, concentration, threshold, capacity=64):
+        self.vocab, self.mass, self.sigma, self.tau = vocab, mass, sigma, tau
+        self.lam0, self.threshold = concentration, threshold
+        self.stats = np.zeros((capacity, vocab))
+        self.totals = np.zeros(capacity)
+        self.sizes = np.zeros(capacity)
+        self.log_empty = np.zeros(capacity)
+        self.num_clusters, self.n, self.expected_k, self.log_u = 0, 0, 0.0, 0.0
+        self.trace, self.seconds = [], 0.0
+
+    def log_weights(self):
+        """Unnormalised log predictive weights (K + 1,) of Eq. (23) after the n documents seen."""
+        k = self.num_clusters
+        with np.errstate(divide="ignore"):
+            old = np.log(np.maximum(self.sizes[:k] - self.sigma, 0.0))
+        new = np.log(self.mass)
+        if self.sigma > 0:
+            self.log_u = log_mode_u(
+                self.n, self.expected_k, self.mass, self.sigma, self.tau, self.log_u
+            )
+            new += self.sigma * np.log(np.exp(self.log_u) + self.tau)
+        return np.append(old, new)
+
+    def _grow(self):
+        if self.num_clusters == len(self.sizes):
+            for name in ("stats", "totals", "sizes", "log_empty"):
+                arr = getattr(self, name)
+                setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
+        self.num_clusters += 1
+
+    def step(self, words, counts):
+        """One ADF step on a document given by its distinct ``words`` and their ``counts``.
+
+        Returns its responsibilities r (K,) over the clusters after the step (a new cluster is
+        kept iff its responsibility exceeds ε; otherwise its mass is renormalised away).
+        """
+        k = self.num_clusters
+        length = counts.sum()
+        if k == 0:
+            r = np.ones(1)
+        else:
+            lam = self.lam0 + self.stats[:k, words]  # (K, W)
+            tot = self.totals[:k] + self.vocab * self.lam0
+            like = gammaln(tot) - gammaln(tot + length)
+            like += (gammaln(lam + counts) - gammaln(lam)).sum(axis=1)
+            total0 = self.vocab * self.lam0
+            like0 = gammaln(total0) - gammaln(total0 + length)
+            like0 += (gammaln(self.lam0 + counts) - gammaln(self.lam0)).sum()
+            logits = self.log_weights() + np.append(like, like0)
+            r = np.exp(logits - logsumexp(logits))
+        if r[-1] > self.threshold:
+            self._grow()
+            k += 1
+        else:
+            r = r[:-1] / r[:-1].sum()
+        self.expected_k += float(r @ np.exp(self.log_empty[:k]))
+        self.log_empty[:k] += np.log1p(-np.minimum(r, 1.0 - 1e-12))
+        self.sizes[:k] += r
+        self.stats[:k, words] += r[:, None] * counts
+        self.totals[:k] += r * length
+        self.n += 1
+        self.trace.append(self.expected_k)
+        return r
+
+    def fit(self, docs):
+        """Stream the rows of ``docs`` ((N, V) counts, dense or sparse) in order; returns self."""
+        docs = sp.csr_matrix(docs, dtype=np.float64)
+        t0 = time.perf_counter()
+        for i in range(docs.shape[0]):
+            lo, hi = docs.indptr[i], docs.indptr[i + 1]
+            self.step(docs.indices[lo:hi], docs.data[lo:hi])
+        self.seconds += time.perf_counter() - t0
+        return self
+
+    def log_marginals(self, test):
+        return dm_log_marginals(test, self.stats[: self.num_clusters], self.lam0)
+
+    def log_predictive(self, test):
+        """Held-out log p(x_j | N_j) (M,) under the predictive mixture after the n documents."""
+        return mixture_log_predictive(self.log_marginals(test), self.log_weights())
+
+    def predict_proba(self, test):
+        """(M, K + 1) cluster probabilities of each document, the last column a new cluster."""
+        return mixture_proba(self.log_marginals(test), self.log_weights())
+
+
+def reference_row(label, ref, test, evaluate=None):
+    row = dict(
+        label=label,
+        n=ref.n,
+        docs_s=ref.n / ref.seconds,
+        seconds=ref.seconds,
+        lp=ref.log_predictive(test),
+        K=ref.num_clusters,
+        EK=ref.expected_k,
+        note="Python loop, float64",
+    )
+    if evaluate is not None:
+        docs, labels = evaluate
+        row.update(clustering(np.argmax(ref.predict_proba(docs), axis=1), labels))
+    return row
+
+
+def reference_rows(train, test, hyper, evaluate=None):
+    return [
+        reference_row(
+            f"NumPy ADF {prior}",
+            NumpyADF(
+                train.shape[1], hyper.mass, sigma, TAU, hyper.concentration, hyper.threshold
+            ).fit(train),
+            test,
+            evaluate,
+        )
+        for prior, sigma in PRIORS
+    ]
+
+
+# ============================================================================ self-checks
+def brute_force_adf(docs, mass, sigma, tau, lam0, threshold):
+    """Algorithm 1 recomputed from the whole history at every step, in probability space.
+
+    Prior weights from the stored responsibilities R (n, K): Σ_i r_ik − σ (clipped at 0) and
+    a(Û + τ)^σ with Û maximising the log density of log U by bounded scalar search (σ = 0: a,
+    Lin's 2013 sequential variational DP); SciPy's Dirichlet–multinomial pmf with parameters
+    λ0 + Σ_i r_ik x_i. Returns R (N, K_final) and E[K_N] = Σ_k (1 − Π_i (1 − r_ik)).
+    """
+    from scipy.optimize import minimize_scalar
+    from scipy.stats import dirichlet_multinomial
+
+    docs = np.asarray(docs, np.float64)
+    vocab = docs.shape[1]
+    rows = []
+    for n, x in enumerate(docs):
+        k = len(rows[-1]) if rows else 0
+        hist = np.array([np.pad(r, (0, k - len(r))) for r in rows]).reshape(n, k)
+        if k == 0:
+            p = np.ones(1)
+        else:
+            if sigma == 0:
+                new = mass
+            else:
+                k_bar = np.sum(1.0 - np.prod(1.0 - hist, axis=0))
+
+                def neg_h(s, k_bar=k_bar, m=n):
+                    return -(
+                        m * s
+                        + (k_bar * sigma - m) * np.log(np.exp(s) + tau)
+                        - mass / sigma * (np.exp(s) + tau) ** sigma
+                    )
+
+                s = minimize_scalar(
+                    neg_h, bounds=(-30, 30), method="bounded", options={"xatol": 1e-10}
+                )
+                new = mass * (np.exp(s.x) + tau) ** sigma
+            prior = np.append(np.maximum(hist.sum(0) - sigma, 0.0), new)
+            lam = lam0 + hist.T @ docs[:n]
+            like = [dirichlet_multinomial.pmf(x, a, x.sum()) for a in lam]
+            like.append(dirichlet_multinomial.pmf(x, np.full(vocab, lam0), x.sum()))
+            p = prior * np.array(like)
+            p /= p.sum()
+        if p[-1] <= threshold:
+            p = p[:-1] / p[:-1].sum()
+        rows.append(p)
+    k = len(rows[-1])
+    hist = np.array([np.pad(r, (0, k - len(r))) for r in rows])
+    return hist, float(np.sum(1.0 - np.prod(1.0 - hist, axis=0)))
+
+
+def _tiny_corpus(seed, num_docs=14, vocab=6):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(np.full(vocab, 0.3), size=3)
+    z = rng.integers(0, 3, num_docs)
+    return np.array([rng.multinomial(rng.integers(2, 7), topics[k]) for k in z])
+
+
+def selfcheck():
+    """Brute-force checks of the reference and of the scoring; returns the number of failures."""
+    from scipy.stats import dirichlet_multinomial
+
+    failures = 0
+
+    def report(name, err, tol):
+        nonlocal failures
+        ok = err <= tol
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<72} {err:.2e} (tol {tol:g})")
+
+    # 1. the ADF step against the recomputation from the full history
+    for sigma, threshold in ((0.0, 0.2), (0.0, 0.05), (0.5, 0.5), (0.3, 0.35)):
+        for seed in range(3):
+            docs = _tiny_corpus(seed)
+            ref = NumpyADF(docs.shape[1], 1.3, sigma, TAU, 0.4, threshold, capacity=2)
+            resp = [ref.step(np.flatnonzero(x), x[x > 0].astype(float)) for x in docs]
+            k = ref.num_clusters
+            mine = np.array([np.pad(r, (0, k - len(r))) for r in resp])
+            brute, k_bar = brute_force_adf(docs, 1.3, sigma, TAU, 0.4, threshold)
+            err = np.inf if brute.shape != mine.shape else np.abs(brute - mine).max()
+            tag = "Lin 2013 (σ = 0)" if sigma == 0 else f"σ = {sigma}"
+            tol = 1e-10 if sigma == 0 else 1e-7  # the brute force's Û: bounded search, 1e-10 in s
+            report(
+                f"responsibilities vs brute force, {tag}, ε = {threshold}, seed {seed}"
+                f" (K {k} of {len(docs)})",
+                err,
+                tol,
+            )
+            report(
+                f"  E[K_n] recursion vs 1 − Π(1 − r), {tag}, seed {seed}",
+                abs(ref.expected_k - k_bar),
+                tol,
+            )
+
+    # 2. Û: the spec's plug-in value, τ = 0 closed form, bracketing by a scalar root finder
+    s = log_mode_u(6, 3, 1.0, 0.5, 1.0)
+    w = np.sqrt(np.exp(s) + 1.0)
+    report(
+        "p(new) plug-in, (a, σ, τ) = (1, .5, 1), m = 6, K = 3: 0.36353013",
+        abs(w / (4.5 + w) - 0.36353013),
+        1e-8,
+    )
+    for m, k_bar, a, sigma in ((10, 4.2, 2.0, 0.5), (300, 40.0, 0.7, 0.25), (5, 5.0, 1.0, 0.9)):
+        s = log_mode_u(m, k_bar, a, sigma, 0.0)
+        report(
+            f"τ = 0: a Û^σ = K̄σ (m={m}, K̄={k_bar}, a={a}, σ={sigma})",
+            abs(a * np.exp(sigma * s) - k_bar * sigma),
+            1e-9,
+        )
+    from scipy.optimize import brentq
+
+    for m, k_bar, a, sigma, tau in (
+        (1, 1.0, 1.0, 0.5, 1.0),
+        (1000, 80.0, 1.0, 0.5, 1.0),
+        (50, 20, 3.0, 0.75, 0.1),
+    ):
+
+        def dh(s, m=m, k_bar=k_bar, a=a, sigma=sigma, tau=tau):
+            u = np.exp(s)
+            return m - (m - k_bar * sigma) * u / (u + tau) - a * u * (u + tau) ** (sigma - 1)
+
+        root = brentq(dh, -50, 50, xtol=1e-13)
+        report(
+            f"Newton vs brentq for h'(s) = 0 (m={m}, K̄={k_bar}, a={a}, σ={sigma}, τ={tau})",
+            abs(log_mode_u(m, k_bar, a, sigma, tau, s0=40.0) - root),
+            1e-8,
+        )
+
+    # 3. held-out scoring: sparse marginals vs SciPy's pmf; mixture vs probability space
+    rng = np.random.default_rng(7)
+    test = rng.poisson(0.8, (9, 7))
+    test[0] = 0
+    test[0, 3] = 5
+    stats = rng.gamma(0.5, 2.0, (4, 7)) * (rng.random((4, 7)) < 0.5)
+    lam0 = 0.3
+    lm = dm_log_marginals(test, sp.csr_matrix(stats), lam0)
+    alphas = np.vstack([lam0 + stats, np.full(7, lam0)])
+    direct = np.array([[dirichlet_multinomial.logpmf(x, a, x.sum()) for a in alphas] for x in test])
+    report(
+        "sparse Dirichlet–multinomial log marginals vs scipy.stats.dirichlet_multinomial",
+        np.abs(lm - direct).max(),
+        1e-10,
+    )
+    log_w = np.log(rng.random(5))
+    mix = mixture_log_predictive(lm, log_w)
+    w = np.exp(log_w) / np.exp(log_w).sum()
+    report(
+        "mixture log predictive vs log(Σ_k w_k p_k) in probability space",
+        np.abs(mix - np.log(np.exp(direct) @ w)).max(),
+        1e-10,
+    )
+    proba = mixture_proba(lm, log_w)
+    report(
+        "predict_proba vs w_k p_k / Σ w p",
+        np.abs(proba - np.exp(direct) * w / (np.exp(direct) @ w)[:, None]).max(),
+        1e-12,
+    )
+
+    from scipy.stats import multinomial
+
+    coef = multinomial.logpmf(test, test.sum(1), np.full(7, 1 / 7)) + test.sum(1) * np.log(7)
+    report(
+        "log multinomial coefficient vs scipy.stats.multinomial",
+        np.abs(log_multinomial_coef(test) - coef).max(),
+        1e-10,
+    )
+
+    docs = _tiny_corpus(3, num_docs=30)
+    for sigma in (0.0, 0.5):
+        ref = NumpyADF(6, 1.3, sigma, TAU, 0.4, 0.5).fit(docs)
+        held = _tiny_corpus(4, num_docs=8)
+        log_w = ref.log_weights()
+        weights = np.exp(log_w - log_w.max())
+        weights /= weights.sum()
+        alphas = np.vstack([0.4 + ref.stats[: ref.num_clusters], np.full(6, 0.4)])
+        p = np.array([[dirichlet_multinomial.pmf(x, a, x.sum()) for a in alphas] for x in held])
+        report(
+            f"NumpyADF.log_predictive vs probability space from its state, σ = {sigma}",
+            np.abs(ref.log_predictive(held) - np.log(p @ weights)).max(),
+            1e-10,
+        )
+
+    # 4. the Pitman–Yor CRP sampler: mean number of clusters vs the exact E[K_n]
+    n, draws = 1000, 40
+    rng = np.random.default_rng(0)
+    mean_k = np.mean(
+        [pitman_yor_labels(n, SYN_DISCOUNT, SYN_CONCENTRATION, rng).max() + 1 for _ in range(draws)]
+    )
+    c, d = SYN_CONCENTRATION, SYN_DISCOUNT
+    exact = c / d * (np.exp(gammaln(c + d + n) - gammaln(c + d) - gammaln(c + n) + gammaln(c)) - 1)
+    report(
+        f"PY(0.75, 1) CRP: |mean K_1000 / E[K_1000] − 1| over {draws} draws (E[K] {exact:.1f})",
+        abs(mean_k - exact) / exact,
+        0.03,
+    )
+    print("all checks passed" if failures == 0 else f"{failures} check(s) FAILED")
+    return failures
+
+
+# ============================================================================ data
+def pitman_yor_labels(num_docs, discount, concentration, rng):
+    """Cluster labels (N,) of a Pitman–Yor(discount, concentration) Chinese restaurant process.
+
+    A new cluster with probability (c + K d)/(i + c); otherwise a previous document is drawn
+    uniformly and its cluster k kept with probability (n_k − d)/n_k, which picks k with
+    probability ∝ n_k − d (acceptance at least 1 − d).
+    """
+    labels = np.empty(num_docs, np.int64)
+    counts = np.zeros(num_docs, np.int64)
+    new = rng.random(num_docs)
+    k = 0
+    for i in range(num_docs):
+        if new[i] * (i + concentration) < concentration + k * discount:
+            labels[i], counts[k] = k, 1
+            k += 1
+            continue
+        while True:
+            t = labels[rng.integers(i)]
+            if rng.random() * counts[t] < counts[t] - discount:
+                break
+        labels[i] = t
+        counts[t] += 1
+    return labels
+
+
+def synthetic_corpus(num_docs, seed=0, vocab=SYN_VOCAB):
+    """Synthetic Pitman–Yor multinomial mixture: (N, V) int32 CSR counts and labels (N,).
+
+    Labels from a PY(0.75, 1) CRP; for each cluster a topic θ_k ~ Dirichlet(0.05) over the
+    vocabulary; document lengths ~ Poisson(150) (at least 1); words drawn by inverse CDF,
+    vectorised per cluster.
+    """
+    rng = np.random.default_rng(seed)
+    labels = pitman_yor_labels(num_docs, SYN_DISCOUNT, SYN_CONCENTRATION, rng)
+    lengths = np.maximum(rng.poisson(SYN_MEAN_LENGTH, num_docs), 1)
+    order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(labels.max() + 2))
+    keys, counts = [], []
+    for k in range(labels.max() + 1):
+        docs = order[bounds[k] : bounds[k + 1]]
+        cdf = np.cumsum(rng.gamma(SYN_TOPIC_CONCENTRATION, size=vocab))
+        lens = lengths[docs]
+        words = np.searchsorted(cdf, rng.random(lens.sum()) * cdf[-1], side="right")
+        uniq, cnt = np.unique(
+            np.repeat(docs, lens) * vocab + np.minimum(words, vocab - 1), return_counts=True
+        )
+        keys.append(uniq)
+        counts.append(cnt)
+    keys, counts = np.concatenate(keys), np.concatenate(counts).astype(np.int32)
+    corpus = sp.csr_matrix((counts, (keys // vocab, keys % vocab)), shape=(num_docs, vocab))
+    return corpus, labels
+
+
+def oracle_row(train, labels, test, lam0, label="oracle (true partition)"):
+    """Held-out log predictive under the true partition of the n training documents.
+
+    Clusters: the true labels, each with its Dirichlet posterior λ0 + Σ_{i∈k} x_i; weights: the
+    generating PY(d, c) urn, (n_k − d)/(n + c) and (c + K d)/(n + c) for a new cluster.
+    """
+    ids, inv = np.unique(labels, return_inverse=True)
+    n, k = len(labels), len(ids)
+    onehot = sp.csr_matrix((np.ones(n), (inv, np.arange(n))), shape=(k, n))
+    sizes = np.bincount(inv)
+    log_w = np.log(np.append(sizes - SYN_DISCOUNT, SYN_CONCENTRATION + k * SYN_DISCOUNT))
+    lp = mixture_log_predictive(dm_log_marginals(test, onehot @ train, lam0), log_w)
+    return dict(label=label, n=n, lp=lp, K=k, note="PY(0.75, 1) urn, Dirichlet posteriors")
+
+
+# ============================================================================ tables
+def _fmt(value, spec, width):
+    if value is None:
+        return f"{'-':>{width}}"
+    sign, spec = ("+", spec[1:]) if spec.startswith("+") else ("", spec)
+    return f"{value:>{sign}{width}{spec}}"
+
+
+def print_tables(title, rows, pairs, measure_note=None):
+    """One table of figures per row and one of ratios for the ``(A, B)`` label pairs at each n."""
+    print(f"\n== {title}")
+    print(
+        f"{'n':>7}  {'method':<22} {'docs/s':>9} {'fit s':>7} {'log pred/doc':>13} {'± s.e.':>6} "
+        f"{'K':>5} {'E[K_n]':>7} {'NMI':>5} {'ARI':>5}  note"
+    )
+    for r in rows:
+        lp = r.get("lp")
+        mean = None if lp is None else lp.mean()
+        se = None if lp is None else lp.std(ddof=1) / np.sqrt(len(lp))
+        print(
+            f"{r['n']:>7,}  {r['label']:<22} {_fmt(r.get('docs_s'), ',.0f', 9)} "
+            f"{_fmt(r.get('seconds'), '.1f', 7)} {_fmt(mean, '.2f', 13)} "
+            f"{_fmt(se, '.2f', 6)} {_fmt(r.get('K'), 'd', 5)} {_fmt(r.get('EK'), '.1f', 7)} "
+            f"{_fmt(r.get('nmi'), '.3f', 5)} {_fmt(r.get('ari'), '.3f', 5)}  {r.get('note', '')}"
+        )
+    by_key = {(r["n"], r["label"]): r for r in rows}
+    lines = []
+    for n in sorted({r["n"] for r in rows}):
+        for a, b in pairs:
+            ra, rb = by_key.get((n, a)), by_key.get((n, b))
+            if ra is None or rb is None:
+                continue
+            speed = ra["docs_s"] / rb["docs_s"] if "docs_s" in ra and "docs_s" in rb else None
+            delta = se = None
+            if ra.get("measure") == rb.get("measure") and "lp" in ra and "lp" in rb:
+                diff = ra["lp"] - rb["lp"]
+                delta, se = diff.mean(), diff.std(ddof=1) / np.sqrt(len(diff))
+            k_ratio = ra["K"] / rb["K"] if ra.get("K") and rb.get("K") else None
+            lines.append(
+                f"{n:>7,}  {a + ' vs ' + b:<40} {_fmt(speed, '.1f', 9)} "
+                f"{_fmt(delta, '+.2f', 13)} {_fmt(se, '.2f', 6)} {_fmt(k_ratio, '.2f', 7)}"
+            )
+    if lines:
+        print(f"{'n':>7}  {'ratio':<40} {'speed x':>9} {'Δ log pred':>13} {'± s.e.':>6} {'K x':>7}")
+        print("\n".join(lines))
+    print(
+        "log pred/doc: held-out log p(x | N_x) per document (nats; multinomial coefficient"
+        " included); Δ log pred = A − B on the same test documents (paired s.e.), the log of the"
+        " per-document likelihood ratio; speed x: documents/s of A over B; K: instantiated"
+        " clusters; NMI/ARI: argmax of predict_proba on the training documents vs the labels."
+    )
+    if measure_note:
+        print(measure_note)
+
+
+def standard_pairs(extra=()):
+    pairs = [(f"ADF {p}", f"NumPy ADF {p}") for p, _ in PRIORS]
+    pairs += [("ADF IG", "ADF DP"), ("NumPy ADF IG", "NumPy ADF DP")]
+    pairs += [(f"EP x{k} {p}", f"ADF {p}") for p, _ in PRIORS for k in EP_PASSES]
+    pairs += [("EP x20 IG", "EP x20 DP")]
+    return pairs + list(extra)
+
+
+# ============================================================================ data sets
+def bench_reuters(args, hyper):
+    try:
+        import lda.datasets
+    except ImportError:
+        print("\n== Reuters: skipped (pip install lda)")
+        return
+    docs = np.asarray(lda.datasets.load_reuters())
+    perm = np.random.default_rng(0).permutation(len(docs))
+    num_test = len(docs) // 5
+    test, train = docs[perm[:num_test]], docs[perm[num_test:]]
+    rows = reference_rows(train, test, hyper) + engine_rows(train, test, hyper)
+    print_tables(
+        f"Reuters ({len(train)} train / {len(test)} test documents, vocabulary {docs.shape[1]:,};"
+        f" a={hyper.mass:g}, τ={TAU:g}, λ0={hyper.concentration:g}, ε={hyper.threshold:g})",
+        rows,
+        standard_pairs(),
+    )
+
+
+def bench_digits(args, hyper):
+    import sklearn.datasets
+    from scipy.stats import poisson
+    from sklearn.mixture import BayesianGaussianMixture
+    from sklearn.model_selection import train_test_split
+
+    digits = sklearn.datasets.load_digits()
+    counts = digits.data.astype(np.int64)
+    train, test, y_train, _ = train_test_split(counts, digits.target, test_size=0.2, random_state=0)
+    evaluate = (train, y_train)
+    rows = reference_rows(train, test, hyper, evaluate) + engine_rows(train, test, hyper, evaluate)
+
+    # what users use today: truncated DP mixtures of Gaussians on the dequantised pixels
+    rng = np.random.default_rng(0)
+    train_c, test_c = train + rng.random(train.shape), test + rng.random(test.shape)
+    for cov in ("full", "diag"):
+        bgm = BayesianGaussianMixture(
+            n_components=args.bgm_components,
+            weight_concentration_prior_type="dirichlet_process",
+            covariance_type=cov,
+            max_iter=1000,
+            random_state=0,
+        )
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bgm.fit(train_c)
+        seconds = time.perf_counter() - t0
+        rows.append(
+            dict(
+                label=f"sklearn BGM {cov}",
+                n=len(train),
+                docs_s=len(train) / seconds,
+                seconds=seconds,
+                lp=bgm.score_samples(test_c),
+                K=int(np.sum(bgm.weights_ * len(train) >= 1.0)),
+                measure="gaussian",
+                note=f"{args.bgm_components} components, {bgm.n_iter_} VB iterations"
+                + ("" if bgm.converged_ else ", not converged"),
+                **clustering(bgm.predict(train_c), y_train),
+            )
+        )
+    if _library()[0] is not None and gaussian_model() is not None:
+        name = gaussian_model()[0]
+        for prior, sigma in PRIORS:
+            run = run_adf_gaussian(train_c, sigma, hyper)
+            row = engine_row(
+                f"ADF {prior} Gaussian", run, len(train), test_c, (train_c, y_train), counts=False
+            )
+            row.update(measure="gaussian", note=row["note"] + f"; models.{name}")
+            rows.append(row)
+    else:
+        print("digits: no NGGP Gaussian mixture model in numpyro_bnp.models: its rows skipped")
+    length_lp = poisson.logpmf(test.sum(1), train.sum(1).mean()).mean()
+    print_tables(
+        f"digits as 64-word documents ({len(train)} train / {len(test)} test, labels 0-9;"
+        f" a={hyper.mass:g}, τ={TAU:g}, λ0={hyper.concentration:g}, ε={hyper.threshold:g})",
+        rows,
+        [
+            *standard_pairs(),
+            ("ADF DP", "sklearn BGM diag"),
+            ("ADF DP Gaussian", "sklearn BGM diag"),
+            ("ADF IG Gaussian", "ADF DP Gaussian"),
+        ],
+        measure_note=(
+            "Gaussian rows: log density of the pixels plus U(0, 1) noise (dequantised), a lower"
+            " bound on log p(x) of the 64 integer pixels, length included; the multinomial rows"
+            " are log p(x | N_x): a Poisson length model fitted to the training lengths would add"
+            f" {length_lp:.2f} nats per document to them. Δ log pred only between like rows."
+        ),
+    )
+
+
+def bench_synthetic(args, hyper):
+    sizes = args.sizes or ((1_000, 5_000) if args.quick else (1_000, 5_000, 20_000, 100_000))
+    num_test = args.num_test or (500 if args.quick else 2_000)
+    ref_docs = args.ref_docs or (5_000 if 5_000 in sizes and not args.quick else min(sizes))
+    t0 = time.perf_counter()
+    corpus, labels = synthetic_corpus(max(max(sizes), ref_docs) + num_test, seed=args.seed)
+    gen_s = time.perf_counter() - t0
+    perm = np.random.default_rng(args.seed + 1).permutation(corpus.shape[0])
+    test = corpus[perm[:num_test]]
+    train, y_train = corpus[perm[num_test:]], labels[perm[num_test:]]
+    distinct = np.diff(corpus.indptr).mean()
+    print(
+        f"\nsynthetic corpus: {corpus.shape[0]:,} documents in {gen_s:.1f} s, vocabulary"
+        f" {corpus.shape[1]:,}, {labels.max() + 1:,} clusters, mean length"
+        f" {corpus.sum() / corpus.shape[0]:.1f}, {distinct:.1f} distinct words per document,"
+        f" {corpus.data.nbytes / 2**20:.0f} MiB of counts"
+    )
+    rows = []
+    for n in sorted({*sizes, ref_docs}):
+        train_n, y_n = train[:n], y_train[:n]
+        m = min(n, args.nmi_docs)
+        evaluate = (train_n[:m], y_n[:m])
+        rows.append(oracle_row(train_n, y_n, test, hyper.concentration))
+        if n == ref_docs:
+            rows += reference_rows(train_n, test, hyper, evaluate)
+        if n in sizes:
+            rows += engine_rows(train_n, test, hyper, evaluate, ep=n <= args.ep_max_n)
+    print_tables(
+        f"synthetic PY(0.75, 1) Dirichlet(0.05)-multinomial mixture ({num_test:,} test documents;"
+        f" a={hyper.mass:g}, τ={TAU:g}, λ0={hyper.concentration:g}, ε={hyper.threshold:g},"
+        f" max_clusters={hyper.max_clusters}; NMI/ARI on up to {args.nmi_docs:,} training docs)",
+        rows,
+        [
+            *standard_pairs(),
+            *[(f"ADF {p}", "oracle (true partition)") for p, _ in PRIORS],
+            *[(f"NumPy ADF {p}", "oracle (true partition)") for p, _ in PRIORS],
+            *[(f"EP x20 {p}", "oracle (true partition)") for p, _ in PRIORS],
+        ],
+    )
+    print_curve(rows)
+
+
+def print_curve(rows):
+    """Held-out log predictive per document of each method across n (does more data help?)."""
+    ns = sorted({r["n"] for r in rows})
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    by_key = {(r["n"], r["label"]): r for r in rows}
+    print("\nlog pred/doc (K) vs n")
+    print(f"{'method':<24}" + "".join(f"{n:>18,}" for n in ns))
+    for label in labels:
+        cells = []
+        for n in ns:
+            r = by_key.get((n, label))
+            cells.append(f"{'-':>18}" if r is None else f"{r['lp'].mean():>10.1f} ({r['K']:>5})")
+        print(f"{label:<24}" + "".join(cells))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="synthetic: 5,000 docs, n in {1k, 5k}")
+    parser.add_argument("--selfcheck", action="store_true", help="only the reference's checks")
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        choices=("reuters", "digits", "synthetic"),
+        default=("reuters", "digits", "synthetic"),
+    )
+    parser.add_argument("--sizes", nargs="+", type=int, help="synthetic training sizes n")
+    parser.add_argument("--num-test", type=int, help="synthetic test docs (2,000; quick 500)")
+    parser.add_argument(
+        "--ref-docs", type=int, help="n of the NumPy reference (5,000; quick: the smallest n)"
+    )
+    parser.add_argument("--nmi-docs", type=int, default=2_000, help="training docs for NMI/ARI")
+    parser.add_argument("--ep-max-n", type=int, default=5_000, help="EP rows up to this n")
+    parser.add_argument("--mass", type=float, default=Hyper().mass, help="GGP mass a")
+    parser.add_argument(
+        "--concentration", type=float, help=f"Dirichlet λ0 (default per data set {CONCENTRATION})"
+    )
+    parser.add_argument("--threshold", type=float, default=Hyper().threshold, help="ε (≥ σ)")
+    parser.add_argument("--max-clusters", type=int, default=Hyper().max_clusters)
+    parser.add_argument("--bgm-components", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--x64", action="store_true", help="jax_enable_x64 for the engines")
+    args = parser.parse_args()
+    if args.selfcheck:
+        raise SystemExit(selfcheck() > 0)
+    if args.x64:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    hyper = Hyper(args.mass, SYN_TOPIC_CONCENTRATION, args.threshold, args.max_clusters)
+    adf, ep, _ = _library()
+    if adf is None:
+        print(
+            "numpyro_bnp.infer.ADFNRM (or models.nggp_multinomial_mixture) is not importable yet:"
+            " the engine rows are skipped; the reference, oracle and scikit-learn rows still run."
+        )
+    elif ep is None:
+        print("numpyro_bnp.infer.EPNRM is not importable yet: the EP rows are skipped.")
+    for name in args.data:
+        lam0 = CONCENTRATION[name] if args.concentration is None else args.concentration
+        bench = {"reuters": bench_reuters, "digits": bench_digits, "synthetic": bench_synthetic}
+        bench[name](args, hyper._replace(concentration=lam0))
+
+
+if __name__ == "__main__":
+    main()
