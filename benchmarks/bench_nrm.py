@@ -209,8 +209,9 @@ def engine_row(label, run, n, test, evaluate=None, note="", counts=True):
     return row
 
 
-def engine_rows(train, test, hyper, evaluate=None, ep=True, seed=0):
-    """ADF (and EP for each of ``EP_PASSES``) rows for both priors; [] without the engine."""
+def engine_rows(train, test, hyper, evaluate=None, ep_passes=EP_PASSES, seed=0):
+    """ADF (and EP for each number of sweeps in ``ep_passes``) rows for both priors; [] without
+    the engine."""
     adf_cls, ep_cls, _ = _library()
     rows = []
     if adf_cls is None:
@@ -220,8 +221,8 @@ def engine_rows(train, test, hyper, evaluate=None, ep=True, seed=0):
         rows.append(
             engine_row(f"ADF {prior}", run_adf(train, sigma, hyper, seed), n, test, evaluate)
         )
-        if ep and ep_cls is not None:
-            for passes in EP_PASSES:
+        if ep_cls is not None:
+            for passes in ep_passes:
                 run = run_ep(train, sigma, hyper, passes, seed)
                 rows.append(engine_row(f"EP x{passes} {prior}", run, n, test, evaluate))
     for row in rows:
@@ -770,11 +771,11 @@ def print_tables(title, rows, pairs, measure_note=None):
         print(measure_note)
 
 
-def standard_pairs(extra=()):
+def standard_pairs(ep_passes=EP_PASSES, extra=()):
     pairs = [(f"ADF {p}", f"NumPy ADF {p}") for p, _ in PRIORS]
     pairs += [("ADF IG", "ADF DP"), ("NumPy ADF IG", "NumPy ADF DP")]
-    pairs += [(f"EP x{k} {p}", f"ADF {p}") for p, _ in PRIORS for k in EP_PASSES]
-    pairs += [("EP x20 IG", "EP x20 DP")]
+    pairs += [(f"EP x{k} {p}", f"ADF {p}") for p, _ in PRIORS for k in ep_passes]
+    pairs += [(f"EP x{max(ep_passes)} IG", f"EP x{max(ep_passes)} DP")] if ep_passes else []
     return pairs + list(extra)
 
 
@@ -789,12 +790,13 @@ def bench_reuters(args, hyper):
     perm = np.random.default_rng(0).permutation(len(docs))
     num_test = len(docs) // 5
     test, train = docs[perm[:num_test]], docs[perm[num_test:]]
-    rows = reference_rows(train, test, hyper) + engine_rows(train, test, hyper)
+    rows = reference_rows(train, test, hyper)
+    rows += engine_rows(train, test, hyper, ep_passes=args.ep_passes)
     print_tables(
         f"Reuters ({len(train)} train / {len(test)} test documents, vocabulary {docs.shape[1]:,};"
         f" a={hyper.mass:g}, τ={TAU:g}, λ0={hyper.concentration:g}, ε={hyper.threshold:g})",
         rows,
-        standard_pairs(),
+        standard_pairs(args.ep_passes),
     )
 
 
@@ -808,7 +810,8 @@ def bench_digits(args, hyper):
     counts = digits.data.astype(np.int64)
     train, test, y_train, _ = train_test_split(counts, digits.target, test_size=0.2, random_state=0)
     evaluate = (train, y_train)
-    rows = reference_rows(train, test, hyper, evaluate) + engine_rows(train, test, hyper, evaluate)
+    rows = reference_rows(train, test, hyper, evaluate)
+    rows += engine_rows(train, test, hyper, evaluate, ep_passes=args.ep_passes)
 
     # what users use today: truncated DP mixtures of Gaussians on the dequantised pixels
     rng = np.random.default_rng(0)
@@ -857,7 +860,7 @@ def bench_digits(args, hyper):
         f" a={hyper.mass:g}, τ={TAU:g}, λ0={hyper.concentration:g}, ε={hyper.threshold:g})",
         rows,
         [
-            *standard_pairs(),
+            *standard_pairs(args.ep_passes),
             ("ADF DP", "sklearn BGM diag"),
             ("ADF DP Gaussian", "sklearn BGM diag"),
             ("ADF IG Gaussian", "ADF DP Gaussian"),
@@ -897,17 +900,22 @@ def bench_synthetic(args, hyper):
         if n == ref_docs:
             rows += reference_rows(train_n, test, hyper, evaluate)
         if n in sizes:
-            rows += engine_rows(train_n, test, hyper, evaluate, ep=n <= args.ep_max_n)
+            passes = args.ep_passes if n <= args.ep_max_n else ()
+            rows += engine_rows(train_n, test, hyper, evaluate, ep_passes=passes)
     print_tables(
         f"synthetic PY(0.75, 1) Dirichlet(0.05)-multinomial mixture ({num_test:,} test documents;"
         f" a={hyper.mass:g}, τ={TAU:g}, λ0={hyper.concentration:g}, ε={hyper.threshold:g},"
         f" max_clusters={hyper.max_clusters}; NMI/ARI on up to {args.nmi_docs:,} training docs)",
         rows,
         [
-            *standard_pairs(),
+            *standard_pairs(args.ep_passes),
             *[(f"ADF {p}", "oracle (true partition)") for p, _ in PRIORS],
             *[(f"NumPy ADF {p}", "oracle (true partition)") for p, _ in PRIORS],
-            *[(f"EP x20 {p}", "oracle (true partition)") for p, _ in PRIORS],
+            *[
+                (f"EP x{k} {p}", "oracle (true partition)")
+                for p, _ in PRIORS
+                for k in args.ep_passes
+            ],
         ],
     )
     print_curve(rows)
@@ -945,6 +953,9 @@ def main():
     )
     parser.add_argument("--nmi-docs", type=int, default=2_000, help="training docs for NMI/ARI")
     parser.add_argument("--ep-max-n", type=int, default=5_000, help="EP rows up to this n")
+    parser.add_argument(
+        "--ep-passes", nargs="+", type=int, default=EP_PASSES, help="EP sweeps, one row each"
+    )
     parser.add_argument("--mass", type=float, default=Hyper().mass, help="GGP mass a")
     parser.add_argument(
         "--concentration", type=float, help=f"Dirichlet λ0 (default per data set {CONCENTRATION})"
