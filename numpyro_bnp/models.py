@@ -15,7 +15,12 @@ Plain model functions: copy one and edit it, run it under NumPyro's own engines 
 * :func:`bnb_combinatorial_clustering` — beta–negative-binomial topic model for word counts
   (Broderick et al. 2015; Zhu et al. 2020, §4.2);
 * :func:`restricted_linear_gaussian` — the linear-Gaussian model with a restricted IBP prior: a
-  chosen law for the number of features per row (Doshi-Velez & Williamson 2017).
+  chosen law for the number of features per row (Doshi-Velez & Williamson 2017);
+* the NGGP mixture models (Tank, Foti & Fox 2015), defined in :mod:`numpyro_bnp.mixture_models`
+  and re-exported here: :func:`nggp_multinomial_mixture` (documents),
+  :func:`nggp_gaussian_mixture` (Normal–Wishart), :func:`nggp_diagonal_gaussian_mixture`
+  (Normal–Gamma), :func:`nggp_normal_mixture` (known noise), :func:`nggp_poisson_mixture` and
+  :func:`nggp_bernoulli_mixture`.
 
 The observation means are written as ``Z @ A`` (resp. ``(Z * W) @ A``) so that the number of rows
 follows the rows of ``Z``: the streaming engines evaluate the likelihood one row at a time by
@@ -49,6 +54,14 @@ from numpyro_bnp.distributions import (
     ibp_capacity,
 )
 from numpyro_bnp.distributions.crm import _check
+from numpyro_bnp.mixture_models import (
+    nggp_bernoulli_mixture,
+    nggp_diagonal_gaussian_mixture,
+    nggp_gaussian_mixture,
+    nggp_multinomial_mixture,
+    nggp_normal_mixture,
+    nggp_poisson_mixture,
+)
 
 __all__ = [
     "beta_bernoulli_linear_gaussian",
@@ -56,6 +69,12 @@ __all__ = [
     "factor_analysis",
     "gamma_poisson_linear_gaussian",
     "linear_gaussian",
+    "nggp_bernoulli_mixture",
+    "nggp_diagonal_gaussian_mixture",
+    "nggp_gaussian_mixture",
+    "nggp_multinomial_mixture",
+    "nggp_normal_mixture",
+    "nggp_poisson_mixture",
     "restricted_linear_gaussian",
 ]
 

@@ -1,0 +1,494 @@
+"""Read a user's NumPyro mixture model once: the sites a mixture engine needs.
+
+Part of the model contract of :mod:`numpyro_bnp.infer._model` (``docs/model_contract.md``,
+section "Mixture models"): sites are found by the type of their distribution and checked
+numerically on one trace (:class:`~numpyro_bnp.infer._model.TracedSites`), never by their names.
+A mixture model with a normalized generalized gamma process (NGGP) partition prior (Tank, Foti &
+Fox, AISTATS 2015; Favaro & Teh, Stat. Sci. 2013) needs
+
+* the **partition site**: exactly one latent sample site whose distribution is an
+  :class:`~numpyro_bnp.distributions.NGGP` with batch shape ``()``; its value is the labels
+  ``z`` ``(N,)``. Its ``mass``, ``sigma`` and ``tau`` are read as numbers (a prior on them is not
+  supported yet);
+* the **component sites**: every other latent sample site, in a ``numpyro.plate`` over the ``K``
+  clusters (batch shape ``(K,)``; declare the other axes an event with ``.to_event``), one prior
+  for all clusters;
+* the **observed site**: the one observed site, or, traced without data, the last sample site;
+  its value is ``(N, D)`` and its distribution's parameter is the component of each row's
+  cluster, e.g. ``Multinomial(lengths, theta[z])`` or ``Normal(mu[z], s).to_event(1)``, with or
+  without a plate over the rows.
+
+The components and the likelihood must be one of the conjugate pairs of
+:mod:`numpyro_bnp.families` (``docs/families.md``); the reader builds the family of ONE cluster's
+prior with the family's ``from_prior``:
+
+* ``theta ~ Dirichlet(λ)``, observations ``Multinomial(n_i, theta[z])`` (word-count documents
+  of any lengths ``n_i``): :class:`~numpyro_bnp.families.DirichletMultinomial`;
+* ``mu ~ Normal(m0, s0).expand([D]).to_event(1)`` or ``MultivariateNormal(m0, S0)``,
+  observations ``Normal(mu[z], s).to_event(1)`` or ``MultivariateNormal(mu[z], Σ)`` with known
+  noise ``s`` / ``Σ``: :class:`~numpyro_bnp.families.NormalNormal`;
+* ``lam ~ Gamma(a0, b0).expand([D]).to_event(1)``, ``mu ~ Normal(m0, 1 / sqrt(κ0 lam))
+  .to_event(1)``, observations ``Normal(mu[z], 1 / sqrt(lam[z])).to_event(1)``:
+  :class:`~numpyro_bnp.families.NormalGamma`;
+* ``Lambda ~ Wishart(ν0, scale_matrix=W0)``, ``mu ~ MultivariateNormal(m0, precision_matrix=κ0
+  Lambda)``, observations ``MultivariateNormal(mu[z], precision_matrix=Lambda[z])``:
+  :class:`~numpyro_bnp.families.NormalWishart`;
+* ``rate ~ Gamma(a, b).expand([D]).to_event(1)``, observations ``Poisson(rate[z]).to_event(1)``:
+  :class:`~numpyro_bnp.families.GammaPoisson`;
+* ``p ~ Beta(a, b).expand([D]).to_event(1)``, observations ``Bernoulli(p[z]).to_event(1)``:
+  :class:`~numpyro_bnp.families.BetaBernoulli`.
+
+The Gaussian parameters may be given in any of NumPyro's equivalent forms (``precision_matrix``,
+``covariance_matrix``, ``scale_tril``): they are compared numerically. Multinomial documents may
+have different lengths (each document's total count is its own; ``obs_kind = "documents"``).
+
+The reader does not draw from the model's priors (NumPyro's urn and samplers would compile for
+every shape): the partition site is traced at fixed stand-in labels, first all 0 (to find
+``K``), then ``(K - 1 - n) mod K`` for row ``n``, which give neighbouring rows different clusters
+and row 0 the last one, so that an observed parameter that does not follow the labels
+(``theta[0]`` for every row, ``mu[z] + 1``) differs from the component indexed by the labels and
+is refused; the components take fixed points of their supports.
+"""
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import biject_to
+
+from numpyro_bnp._checks import is_concrete, observed_array
+from numpyro_bnp.distributions import NGGP
+from numpyro_bnp.families import (
+    BetaBernoulli,
+    ConjugateFamily,
+    DirichletMultinomial,
+    GammaPoisson,
+    MeanPrecision,
+    NormalGamma,
+    NormalNormal,
+    NormalWishart,
+)
+from numpyro_bnp.infer._model import TracedSites, observed_site, unwrap
+
+__all__ = ["SUPPORTED_PAIRS", "MixtureModel", "read_mixture_model"]
+
+#: the conjugate pairs a mixture engine takes (components; observations -> family)
+SUPPORTED_PAIRS = (
+    "Dirichlet components with Multinomial observations (DirichletMultinomial)",
+    "Normal or MultivariateNormal means with Normal or MultivariateNormal observations of known "
+    "noise (NormalNormal)",
+    "Gamma precisions and Normal means of scale 1/sqrt(kappa0 * precision) with Normal "
+    "observations of scale 1/sqrt(precision) (NormalGamma)",
+    "Wishart precision matrices and MultivariateNormal means of precision kappa0 * precision "
+    "with MultivariateNormal observations of that precision (NormalWishart)",
+    "Gamma rates with Poisson observations (GammaPoisson)",
+    "Beta probabilities with Bernoulli observations (BetaBernoulli)",
+)
+
+_MULTINOMIAL = (dist.MultinomialProbs, dist.MultinomialLogits)
+_BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)
+_GAUSSIAN = (dist.Normal, dist.MultivariateNormal)
+
+
+@dataclass(frozen=True, eq=False)
+class MixtureModel:
+    """What a mixture engine needs to know about an NGGP mixture model (module docstring).
+
+    :ivar partition_site: name of the NGGP site (labels ``(N,)``).
+    :ivar mass, sigma, tau: the NGGP's parameters as host floats (Tank, Foti & Fox 2015,
+        Eq. 4: mass ``a``, discount ``σ``, tilting ``τ``; ``σ = 0`` is the Dirichlet process).
+    :ivar num_rows: ``N`` of the trace; :ivar max_clusters: ``K``, the clusters plate's size.
+    :ivar component_sites: the component sites; for the Normal–Gamma and Normal–Wishart pairs
+        ``(precision site, mean site)``, e.g. ``("Lambda", "mu")``; else one site.
+    :ivar family: ONE cluster's conjugate prior (a :class:`~numpyro_bnp.families.ConjugateFamily`
+        in the traced dtype; engines cast it with ``jax.tree.map``).
+    :ivar obs_kind: ``"documents"`` (Multinomial word counts, rows ``(V,)`` count vectors, each
+        document's total count its own) or ``"dense"``.
+    :ivar dim: ``D`` (the vocabulary size ``V`` for documents).
+    :ivar obs_support: the support of the observed distribution (as traced).
+    """
+
+    model: object
+    model_args: tuple
+    model_kwargs: dict
+    partition_site: str
+    mass: float
+    sigma: float
+    tau: float
+    num_rows: int
+    max_clusters: int
+    component_sites: tuple
+    obs_site: str
+    family: ConjugateFamily
+    obs_kind: str
+    dim: int
+    site_summary: tuple = field(default=())
+    obs_support: object = None
+    engine: str = "this engine"
+
+    def check_observed(self, values, name):
+        """Raise ``ValueError`` naming ``name`` unless ``values`` ``(n, D)`` are finite rows in
+        the observed distribution's support: non-negative whole counts for documents (of any
+        length) and Poisson, 0 and 1 for Bernoulli; the message names the first bad row.
+        Host-side."""
+        arr = observed_array(values, name, dtype=np.float64, dim=self.dim)
+        support = self.obs_support
+        if self.obs_kind == "documents":
+            support = constraints.nonnegative_integer  # any length: each document's own
+        if support is None or constraints.is_dependent(support):
+            return
+        with jax.ensure_compile_time_eval():
+            ok = np.asarray(support.check(arr))
+        ok = np.broadcast_to(ok if ok.ndim == 2 else ok[:, None], arr.shape)  # (n, D)
+        if not ok.all():
+            row = int(np.argmin(ok.all(axis=1)))
+            col = int(np.argmin(ok[row]))
+            what = "non-negative integer word counts" if self.obs_kind == "documents" else support
+            value = float(arr[row, col])
+            raise ValueError(
+                f"{name} holds values outside the support of the observed site "
+                f"{self.obs_site!r} ({what}) (first bad row: {row}, value {value!r} in column "
+                f"{col})"
+            )
+
+    def component_values(self, values):
+        """The model's component sites set to ``values``, a structure of the family's ``sample``
+        or ``mean`` (leading axes ``(..., K)``): ``{site: array}``, e.g. for
+        ``numpyro.infer.Predictive(model, posterior_samples=...)`` together with the labels.
+
+        :class:`~numpyro_bnp.families.MeanPrecision` goes to the precision and mean sites; an
+        array to the one component site.
+        """
+        if isinstance(values, MeanPrecision):
+            precision_site, mean_site = self.component_sites
+            return {precision_site: values.precision, mean_site: values.loc}
+        (site,) = self.component_sites
+        return {site: values}
+
+
+def _stand_in(labels):
+    """A ``substitute_fn`` for the reader's trace: every unobserved NGGP site takes the labels
+    ``labels(shape)``; every other unobserved continuous site a fixed point of its support (a
+    standard normal draw of NumPy's seed 0, mapped by ``biject_to(support)``), which costs a few
+    array operations instead of compiling NumPyro's samplers; discrete sites are drawn."""
+    noise = np.random.default_rng(0)
+
+    def substitute(site):
+        if site["type"] != "sample" or site["value"] is not None:
+            return None
+        fn = site["fn"]
+        if isinstance(unwrap(fn), NGGP):
+            return labels(tuple(fn.shape()))
+        if fn.support.is_discrete:
+            return None
+        try:
+            transform = biject_to(fn.support)
+        except NotImplementedError:
+            return None
+        dtype = jnp.result_type(*jax.tree.leaves(fn), float)  # the parameters' float dtype
+        shape = transform.inverse_shape(tuple(fn.shape()))
+        return transform(jnp.asarray(noise.normal(size=shape), dtype))
+
+    return substitute
+
+
+def _roles(read):
+    """``(partition, observed, latent)`` sites of a trace."""
+    partition = read.the_one(NGGP)
+    num_rows = int(unwrap(partition["fn"]).num_points)
+    rest = [s for s in read.sites if s is not partition]
+    obs = observed_site(rest, num_rows, "the NGGP partition site", read.fail)
+    return partition, obs, [s for s in rest if s is not obs]
+
+
+def _nggp_params(read, partition, latent):
+    """The NGGP's ``(mass, sigma, tau)`` as host floats."""
+    fn = unwrap(partition["fn"])
+    if partition["fn"] is not fn or fn.batch_shape != ():
+        read.fail(
+            f"a partition site with scalar mass, sigma and tau (an NGGP of batch shape (), "
+            f"outside any plate); {partition['name']!r} has batch shape "
+            f"{tuple(partition['fn'].batch_shape)}"
+        )
+    if partition["is_observed"]:
+        read.fail(f"a latent NGGP partition site; {partition['name']!r} is observed")
+    params = {}
+    for name in ("mass", "sigma", "tau"):
+        value = getattr(fn, name)
+        if not is_concrete(value):
+            read.reject(
+                f"the NGGP's {name} must be a number when the model is read, got a traced "
+                "value (a prior on mass, sigma or tau is not supported yet)"
+            )
+        params[name] = float(value)
+        for s in latent:
+            if np.shape(s["value"]) == () and np.isclose(float(s["value"]), params[name]):
+                read.reject(
+                    f"the NGGP's {name} is the value of the sample site {s['name']!r}: a prior "
+                    "on the NGGP's mass, sigma or tau is not supported yet; pass numbers"
+                )
+    return params
+
+
+def _components(read, latent, num_clusters):
+    """Check every latent site is a component in the clusters plate (batch shape ``(K,)``)."""
+    if not latent:
+        read.fail(
+            "component sites in a numpyro.plate over the clusters (batch shape (K,), K = "
+            "max_clusters) besides the NGGP partition and the observed site"
+        )
+    for s in latent:
+        batch = tuple(s["fn"].batch_shape)
+        if batch != (num_clusters,):
+            hint = (
+                " (outside the clusters plate; a prior on the NGGP's parameters or a shared "
+                "noise level is not supported)"
+                if batch == ()
+                else " (declare the axes after the clusters an event with .to_event)"
+            )
+            read.fail(
+                f"every latent site other than the partition to be a component in a "
+                f"numpyro.plate over the K={num_clusters} clusters, of batch shape "
+                f"({num_clusters},); {s['name']!r} has batch shape {batch}{hint}"
+            )
+
+
+def _values(site):
+    return np.asarray(site["value"], np.float64)
+
+
+def _first_bad_row(param, expected):
+    """``None`` if ``param`` equals ``expected`` (``(N, ...)``) up to rounding, else the first
+    row that differs (-1: shapes that do not broadcast)."""
+    expected = np.asarray(expected, np.float64)
+    try:
+        param = np.broadcast_to(np.asarray(param, np.float64), expected.shape)
+    except ValueError:
+        return -1
+    scale = np.abs(expected) + np.abs(expected).max(initial=0.0)
+    ok = (np.abs(param - expected) <= 1e-4 * scale) & np.isfinite(param)
+    ok = ok.reshape(ok.shape[0], -1).all(axis=1)
+    return None if ok.all() else int(np.argmin(ok))
+
+
+def _follows(read, obs, what, param, expected, written, why):
+    """Fail unless the observed site's parameter ``what`` equals ``expected`` at the traced
+    values (``written``: the expected form, e.g. ``theta[z]``)."""
+    row = _first_bad_row(param, expected)
+    if row is None:
+        return
+    found = (
+        f"found {what} of shape {np.shape(param)}, not {np.shape(expected)}"
+        if row < 0
+        else f"found {what} that differ from it in row {row}"
+    )
+    read.fail(f"the observed site {obs['name']!r} to have {what} = {written} ({why}), {found}")
+
+
+def _same_for_all(values):
+    """Whether ``values`` ``(K, ...)`` are equal along the leading axis (up to rounding)."""
+    values = np.asarray(values, np.float64)
+    return _first_bad_row(values, np.broadcast_to(values[:1], values.shape)) is None
+
+
+def _from_prior(read, sites, build, *args, **kwargs):
+    """``build(*args, **kwargs)``; the family's error becomes the reader's, naming the sites."""
+    try:
+        return build(*args, **kwargs)
+    except (TypeError, ValueError) as err:
+        read.reject(f"the prior of the component sites {sites} is not one cluster's prior: {err}")
+
+
+def _pick(components, *kinds):
+    """The component sites whose distributions are ``kinds`` (in that order), or ``None``."""
+    if len(components) != len(kinds):
+        return None
+    order = []
+    for kind in kinds:
+        match = [s for s in components if isinstance(unwrap(s["fn"]), kind) and s not in order]
+        if not match:
+            return None
+        order.append(match[0])
+    return order
+
+
+def _conjugate(read, partition, components, obs):
+    """``(family, component_sites, obs_kind)`` of the conjugate pair of the model."""
+    base = unwrap(obs["fn"])
+    z = np.asarray(partition["value"])
+    labels = partition["name"]
+    dtype = np.asarray(components[0]["value"]).dtype
+
+    def follows(what, param, site, expected=None, written=None):
+        expected = _values(site)[z] if expected is None else expected
+        written = written or f"{site['name']}[{labels}]"
+        why = f"the component {site['name']!r} of each row's cluster, by the labels of {labels!r}"
+        _follows(read, obs, what, param, expected, written, why)
+
+    if isinstance(base, _MULTINOMIAL) and (found := _pick(components, dist.Dirichlet)):
+        (theta,) = found
+        follows("probs", base.probs, theta)
+        family = _from_prior(read, [theta["name"]], DirichletMultinomial.from_prior, theta["fn"])
+        return family, (theta["name"],), "documents"
+    if isinstance(base, dist.Poisson) and (found := _pick(components, dist.Gamma)):
+        (rate,) = found
+        follows("rate", base.rate, rate)
+        return (
+            _from_prior(read, [rate["name"]], GammaPoisson.from_prior, rate["fn"]),
+            (rate["name"],),
+            "dense",
+        )
+    if isinstance(base, _BERNOULLI) and (found := _pick(components, dist.Beta)):
+        (p,) = found
+        follows("probs", base.probs, p)
+        return (
+            _from_prior(read, [p["name"]], BetaBernoulli.from_prior, p["fn"]),
+            (p["name"],),
+            "dense",
+        )
+    if isinstance(base, _GAUSSIAN) and (found := _pick(components, _GAUSSIAN)):
+        (mu,) = found
+        follows("loc", base.loc, mu)
+        return _known_noise(read, obs, base, mu, dtype), (mu["name"],), "dense"
+    if isinstance(base, dist.Normal) and (found := _pick(components, dist.Gamma, dist.Normal)):
+        lam, mu = found
+        follows("loc", base.loc, mu)
+        written = f"1 / sqrt({lam['name']}[{labels}])"
+        follows("scale", base.scale, lam, 1 / np.sqrt(_values(lam)[z]), written)
+        return _normal_gamma(read, lam, mu, dtype), (lam["name"], mu["name"]), "dense"
+    if isinstance(base, dist.MultivariateNormal) and (
+        found := _pick(components, dist.Wishart, dist.MultivariateNormal)
+    ):
+        prec, mu = found
+        follows("loc", base.loc, mu)
+        follows("precision", base.precision_matrix, prec)
+        return _normal_wishart(read, prec, mu, dtype), (prec["name"], mu["name"]), "dense"
+    kinds = ", ".join(f"{s['name']}: {type(unwrap(s['fn'])).__name__}" for s in components)
+    read.fail(
+        "a conjugate pair of components and likelihood, one of: "
+        + "; ".join(SUPPORTED_PAIRS)
+        + f"; found the components {{{kinds}}} with {type(base).__name__} observations at "
+        f"{obs['name']!r}"
+    )
+
+
+def _known_noise(read, obs, base, mu, dtype):
+    """:class:`NormalNormal` with the observed site's noise, one for all rows."""
+    rows = np.shape(obs["value"])
+    if isinstance(base, dist.Normal):
+        noise = np.broadcast_to(np.asarray(base.scale, np.float64), rows)
+        kind = "noise_scale"
+    else:
+        noise = np.broadcast_to(np.asarray(base.covariance_matrix, np.float64), (*rows, rows[1]))
+        kind = "noise_covariance"
+    if not _same_for_all(noise):
+        read.fail(
+            f"a known noise at the observed site {obs['name']!r}, the same for all rows (the "
+            f"Normal-Normal pair of the component {mu['name']!r}); its {kind} varies over rows"
+        )
+    noise = {kind: np.asarray(noise[0], dtype)}
+    return _from_prior(read, [mu["name"]], NormalNormal.from_prior, mu["fn"], **noise)
+
+
+def _mean_prior(read, mu, num_clusters, dim, form):
+    """The prior mean ``m0`` ``(D,)`` of the mean site ``mu``, the same for all clusters."""
+    loc = np.broadcast_to(np.asarray(unwrap(mu["fn"]).loc, np.float64), (num_clusters, dim))
+    if not _same_for_all(loc):
+        read.fail(f"the mean site {mu['name']!r} to have one prior mean for all clusters ({form})")
+    return loc[0]
+
+
+def _normal_gamma(read, lam, mu, dtype):
+    """:class:`NormalGamma` of ``lam ~ Gamma`` and ``mu ~ Normal(m0, 1/sqrt(kappa0 lam))``."""
+    precision = _values(lam)
+    num_clusters, dim = precision.shape
+    form = f"Normal(m0, 1 / sqrt(kappa0 * {lam['name']})), the Normal-Gamma prior"
+    scale = np.broadcast_to(np.asarray(unwrap(mu["fn"]).scale, np.float64), precision.shape)
+    kappa = 1 / (scale**2 * precision)
+    if not (np.isfinite(kappa).all() and _same_for_all(kappa)):
+        read.fail(f"the mean site {mu['name']!r} to be {form} with one kappa0 for all clusters")
+    loc = _mean_prior(read, mu, num_clusters, dim, form)
+    return _from_prior(
+        read,
+        [lam["name"], mu["name"]],
+        NormalGamma.from_prior,
+        lam["fn"],
+        loc=np.asarray(loc, dtype),
+        kappa=np.asarray(kappa[0], dtype),
+    )
+
+
+def _normal_wishart(read, prec, mu, dtype):
+    """:class:`NormalWishart` of ``Lambda ~ Wishart`` and ``mu ~ MVN(m0, (kappa0 Lambda)⁻¹)``."""
+    precision = _values(prec)
+    num_clusters, dim, _ = precision.shape
+    form = f"MultivariateNormal(m0, precision kappa0 * {prec['name']}), the Normal-Wishart prior"
+    mean_precision = np.broadcast_to(
+        np.asarray(unwrap(mu["fn"]).precision_matrix, np.float64), precision.shape
+    )
+    kappa = np.trace(mean_precision, axis1=-2, axis2=-1) / np.trace(precision, axis1=-2, axis2=-1)
+    proportional = _first_bad_row(mean_precision, kappa[:, None, None] * precision) is None
+    if not (proportional and _same_for_all(kappa) and kappa[0] > 0):
+        read.fail(f"the mean site {mu['name']!r} to be {form} with one kappa0 > 0 for all clusters")
+    loc = _mean_prior(read, mu, num_clusters, dim, form)
+    return _from_prior(
+        read,
+        [prec["name"], mu["name"]],
+        NormalWishart.from_prior,
+        prec["fn"],
+        loc=np.asarray(loc, dtype),
+        kappa=np.asarray(kappa[0], dtype),
+    )
+
+
+def read_mixture_model(model, model_args=(), model_kwargs=None, engine="this engine"):
+    """Trace ``model(*model_args, **model_kwargs)`` and locate its NGGP mixture-model sites.
+
+    :param model: a NumPyro model function (e.g.
+        :func:`numpyro_bnp.models.nggp_gaussian_mixture`, or one of your own: module docstring).
+    :param str engine: the engine's name, used in error messages.
+    :return: a :class:`MixtureModel`.
+    :raises ValueError: naming what was expected and listing the sites found (no NGGP site or
+        two, a component outside the clusters plate, a pair that is not conjugate, an observed
+        parameter that is not the component indexed by the labels).
+    """
+    model_kwargs = dict(model_kwargs or {})
+
+    def trace(labels):
+        return TracedSites(model, model_args, model_kwargs, engine, substitute_fn=_stand_in(labels))
+
+    # first pass, every row in cluster 0: the capacity K of the components
+    _, _, latent = _roles(trace(lambda shape: np.zeros(shape, np.int32)))
+    batches = [tuple(s["fn"].batch_shape) for s in latent if s["fn"].batch_shape]
+    num_clusters = batches[0][0] if batches else 1
+
+    def spread(shape):  # row n in cluster (K - 1 - n) mod K
+        rows = (num_clusters - 1 - np.arange(shape[-1])) % num_clusters
+        return np.broadcast_to(rows, shape).astype(np.int32)
+
+    read = trace(spread)
+    partition, obs, latent = _roles(read)
+    params = _nggp_params(read, partition, latent)
+    _components(read, latent, num_clusters)
+    family, component_sites, obs_kind = _conjugate(read, partition, latent, obs)
+    num_rows, dim = np.shape(obs["value"])
+    return MixtureModel(
+        model=model,
+        model_args=tuple(model_args),
+        model_kwargs=model_kwargs,
+        partition_site=partition["name"],
+        num_rows=int(num_rows),
+        max_clusters=int(num_clusters),
+        component_sites=component_sites,
+        obs_site=obs["name"],
+        family=family,
+        obs_kind=obs_kind,
+        dim=int(dim),
+        site_summary=read.summary,
+        obs_support=unwrap(obs["fn"]).support,
+        engine=engine,
+        **params,
+    )
