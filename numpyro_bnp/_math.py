@@ -20,6 +20,7 @@ __all__ = [
     "log_beta_levy_tail",
     "log_upper_gamma_neg",
     "logit",
+    "nggp_log_new_weight",
     "nggp_log_v",
     "nggp_sample_log_u",
     "normal_kl",
@@ -404,6 +405,54 @@ def _concave_envelope_sample(key, fun, x_mode):
 
     init = (key, x_mode, jnp.bool_(False))
     return lax.while_loop(lambda s: ~s[2], draw, init)[1]
+
+
+def nggp_log_new_weight(m, k_bar, mass, sigma, tau, *, mode="log"):
+    r"""``log a (Û + τ)^σ``: the weight of a new cluster in the plug-in NGGP urn, with ``Û`` a mode
+    of the density of the auxiliary variable given ``m`` points in ``k_bar`` clusters.
+
+    .. math::
+        q(U) \propto U^{m-1} (U+τ)^{\bar K σ - m} \exp\big(-ψ(U)\big)
+
+    (Tank, Foti & Fox 2015, Eqs. 21 and 23: soft counts, so ``k_bar`` = E[K_m] need not be an
+    integer; ``k_bar σ <= m``). ``mode="log"`` takes the mode of the density of ``log U`` (the
+    root of ``h'(s) = 0`` for ``h(s) = m s + (k̄σ - m) log(e^s + τ) - ψ(e^s)``, unique because
+    ``h`` is strictly concave), ``mode="linear"`` the mode of the density of ``U`` itself
+    (``h'(s) = 1``; ``Û = 0`` when there is no root, e.g. ``m <= 1``). The paper does not say which;
+    the log mode is the default of :class:`numpyro_bnp.infer.ADFNRM` because with τ = 0 it gives
+    ``a Û^σ = k̄ σ`` exactly, so that with hard counts the urn is the Pitman–Yor(σ, 0) predictive
+    (``docs/nrm.md``). Closed forms: σ = 0 gives ``log a`` (the Dirichlet process, no ``U``);
+    τ = 0 gives ``log(k̄ σ)`` (log mode) or ``log max(k̄ σ - 1, 0)`` (linear mode). Otherwise the
+    root is found by safeguarded Newton in ``log U`` after rescaling to τ = 1 (scale invariance:
+    ``a (Û + τ)^σ = a τ^σ (Û/τ + 1)^σ``).
+
+    Scalars (use ``vmap`` for batches); ``m >= 1``. Returns ``(log_weight, log_u)`` with
+    ``log_u = log Û`` (``-inf`` where ``Û = 0``; ``nan`` for σ = 0, where no ``U`` is needed).
+    """
+    if mode not in ("log", "linear"):
+        raise ValueError(f"mode must be 'log' or 'linear', got {mode!r}")
+    log_mass, sigma, tau = _nggp_scaled(mass, sigma, tau)
+    dtype = log_mass.dtype
+    m, k_bar = jnp.asarray(m, dtype), jnp.asarray(k_bar, dtype)
+    shift = 0.0 if mode == "log" else 1.0
+
+    def fun(x):
+        _, d1, d2 = _u_log_density(x, m, k_bar, log_mass, sigma, 0.0)
+        return d1 - shift, d2
+
+    lo, hi = jnp.asarray(-_BRACKET, dtype), jnp.asarray(_BRACKET, dtype)
+    x = _decreasing_root(fun, lo, hi)
+    x = jnp.where(fun(lo)[0] <= 0, -jnp.inf, x)  # no root (linear mode, m <= 1): Û = 0
+    general = log_mass + sigma * jnp.logaddexp(x, 0.0)
+    safe_tau = jnp.where(tau > 0, tau, 1.0)
+    stable_weight = jnp.maximum(k_bar * sigma - shift, 0.0)  # τ = 0: a Û^σ in closed form
+    safe_sigma = jnp.where(sigma > 0, sigma, 1.0)
+    stable_log_u = (jnp.log(stable_weight) - jnp.log(mass)) / safe_sigma
+    log_weight = jnp.where(
+        sigma == 0, jnp.log(mass), jnp.where(tau > 0, general, jnp.log(stable_weight))
+    )
+    log_u = jnp.where(sigma == 0, jnp.nan, jnp.where(tau > 0, x + jnp.log(safe_tau), stable_log_u))
+    return log_weight, log_u
 
 
 @jax.jit

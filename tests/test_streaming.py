@@ -162,6 +162,9 @@ class ReciprocalSum:
     def capacity(self, state):
         return 1
 
+    def empty(self, capacity):
+        return self.init()
+
     def grow(self, state, capacity):
         raise AssertionError("ReciprocalSum never grows")
 

@@ -2,6 +2,8 @@
 
 from numpyro_bnp.infer.baselines import AcceleratedIBPGibbs, AcceleratedIBPGibbsState
 from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
+from numpyro_bnp.infer.nrm import ADFNRM, NRMInfo, NRMResult, NRMState
+from numpyro_bnp.infer.nrm_ep import EPNRM
 from numpyro_bnp.infer.restricted_gibbs import RestrictedIBPGibbs, RestrictedIBPGibbsState
 from numpyro_bnp.infer.ribp import RIBPFilter, RIBPInfo, RIBPResult, RIBPState
 from numpyro_bnp.infer.streaming import (
@@ -14,11 +16,16 @@ from numpyro_bnp.infer.streaming import (
 )
 
 __all__ = [
+    "ADFNRM",
+    "EPNRM",
     "AcceleratedIBPGibbs",
     "AcceleratedIBPGibbsState",
     "BadBatchError",
     "CRMSlice",
     "CRMSliceState",
+    "NRMInfo",
+    "NRMResult",
+    "NRMState",
     "NonFiniteStateError",
     "RIBPFilter",
     "RIBPInfo",

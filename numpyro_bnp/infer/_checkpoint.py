@@ -83,6 +83,13 @@ def _decode(data, arrays):
     return data
 
 
+def _leaf_names(state):
+    """The names under which a state's leaves are stored: their paths, e.g. ``"mean"`` or
+    ``"params.loc"`` for a field of a nested ``NamedTuple``."""
+    paths = jax.tree_util.tree_leaves_with_path(state)
+    return [jax.tree_util.keystr(path).lstrip(".") for path, _ in paths]
+
+
 def save(path, state, engine):
     """Write ``state`` to exactly ``path`` as ``.npz`` (arrays and strings only, no pickle).
 
@@ -104,7 +111,7 @@ def save(path, state, engine):
     check_engine(engine)
     engine.check_state(state, name="state")
     path = os.fspath(path)
-    arrays = {name: np.asarray(value) for name, value in state._asdict().items()}
+    arrays = dict(zip(_leaf_names(state), map(np.asarray, jax.tree.leaves(state)), strict=True))
     meta = {
         "__format__": CHECKPOINT_FORMAT,
         "__state_type__": type(state).__name__,
@@ -235,12 +242,15 @@ def load(path, engine):
             f"{path} holds a {dtype} state, expected {np.dtype(engine.dtype).name} (set the "
             "engine's dtype to the checkpoint's)"
         )
-    missing = [f for f in state_type._fields if f not in contents]
+    capacity = int(contents["__capacity__"])
+    template = engine.empty(capacity)  # the state's structure (nested NamedTuples)
+    names = _leaf_names(template)
+    missing = [f for f in names if f not in contents]
     if missing:
         raise ValueError(f"{path} lacks the state fields {missing}")
-    state = state_type(**{f: jnp.asarray(contents[f]) for f in state_type._fields})
+    treedef = jax.tree.structure(template)
+    state = jax.tree.unflatten(treedef, [jnp.asarray(contents[f]) for f in names])
     engine.check_state(state, name=f"{path}: state")
-    capacity = int(contents["__capacity__"])
     if capacity != engine.capacity(state):
         raise ValueError(
             f"{path} records a capacity of {capacity} but holds {engine.capacity(state)} slots"

@@ -149,7 +149,7 @@ def retire_holes(filt, state):
         target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
         order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
         moved = hole[order][:, None]
-        fresh = filt._empty(filt.capacity(state))
+        fresh = filt.empty(filt.capacity(state))
         mean, var, running_sum, existence = (
             jnp.where(moved if f.ndim == 2 else moved[:, 0], z, f[order])
             for f, z in zip(state[:4], fresh[:4], strict=True)

@@ -30,6 +30,13 @@ class StreamingEngine(Protocol):
     :ivar str capacity_option: the engine's option that fixes the capacity (named in the
         truncation warning), e.g. ``"max_features"``.
 
+    A batch (what :meth:`check_batch` returns) is an array with one row per observation, or a
+    ``NamedTuple`` of such arrays with a common leading axis (e.g. documents as
+    :class:`~numpyro_bnp.families.SparseCounts`); the loop pads and concatenates rows with zeros
+    along their trailing axes, so padding a row with zeros must not change the observation.
+    A state is a ``NamedTuple`` of arrays, which may nest ``NamedTuple`` s of arrays (e.g. the
+    parameters of a conjugate family); checkpoints store its leaves by their paths.
+
     Optional, for checkpoints that rebuild the engine (:func:`~numpyro_bnp.infer.streaming.save`,
     :func:`~numpyro_bnp.infer.streaming.read_checkpoint`):
 
@@ -59,6 +66,10 @@ class StreamingEngine(Protocol):
 
     def capacity(self, state) -> int:
         """The state's capacity (slots, clusters)."""
+
+    def empty(self, capacity: int):
+        """A state with nothing absorbed and ``capacity`` slots (its structure is what
+        :func:`~numpyro_bnp.infer.streaming.load` fills in)."""
 
     def grow(self, state, capacity: int):
         """``state`` with its capacity raised to ``capacity`` (outside ``jit``)."""
@@ -90,6 +101,7 @@ ENGINE_MEMBERS = (
     "check_state",
     "scan_chunk",
     "capacity",
+    "empty",
     "grow",
     "truncated",
     "num_seen",

@@ -67,7 +67,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_bnp._checks import (
-    FixedOptions,
     floating_dtype,
     model_function,
     positive_int,
@@ -78,6 +77,7 @@ from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_checks, _ribp_predictive, _ribp_update, streaming
 from numpyro_bnp.infer._model import model_cache_key, read_feature_model
+from numpyro_bnp.infer._model_engine import ModelEngine
 from numpyro_bnp.infer._ribp_refine import refine_state
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
@@ -121,7 +121,7 @@ class RIBPInfo(NamedTuple):
     truncation: jnp.ndarray
 
 
-class RIBPFilter(FixedOptions):
+class RIBPFilter(ModelEngine):
     """R-IBP streaming filter on a NumPyro latent feature model (see the module docstring).
 
     :param model: a NumPyro model with a :class:`~numpyro_bnp.distributions.RecursiveIBP` site,
@@ -236,67 +236,6 @@ class RIBPFilter(FixedOptions):
             "dtype": np.dtype(self.dtype).name,
         }
 
-    @property
-    def model_args(self):
-        """Positional model arguments the filter read the model with (``None`` before)."""
-        return None if self.spec is None else self.spec.model_args
-
-    @property
-    def model_kwargs(self):
-        """Keyword model arguments the filter read the model with (``None`` before)."""
-        return None if self.spec is None else dict(self.spec.model_kwargs)
-
-    @property
-    def model_summary(self):
-        """One line per site of the traced model (name, distribution, shape)."""
-        self._require_init()
-        return tuple(self.spec.site_summary)
-
-    def __getstate__(self):
-        # the compiled functions and the read model are not pickled (closures); the model
-        # function is pickled by reference and read again, with the same arguments, on load
-        state = {name: self.__dict__[name] for name in self.fixed_options}
-        state["model_read"] = None if self.spec is None else (self.model_args, self.model_kwargs)
-        return state
-
-    def __setstate__(self, state):
-        state = dict(state)
-        read = state.pop("model_read")
-        self.__dict__.update(state, spec=None, _spec_key=None)
-        if read is not None:
-            self._read(*read)
-
-    @classmethod
-    def from_checkpoint(cls, model, path, *model_args, **model_kwargs):
-        """Rebuild the filter recorded in a checkpoint and read its state: ``(filter, state)``.
-
-        The filter gets the options recorded by :meth:`RIBPResult.save` (``num_steps``,
-        ``max_features``, ``feature_update``, ..., ``dtype``) and reads ``model`` with the
-        recorded model arguments; resume with ``filt.run(key, data, init_state=state)``
-        (which may leave out the model arguments: the filter keeps the ones it read).
-        Arguments passed here must equal the recorded ones (see
-        :func:`streaming.resume_arguments`); those recorded as not storable must be passed.
-
-        :raises ValueError: when the checkpoint is not an :class:`RIBPFilter`'s, an argument
-            passed differs from the recorded one, or the traced model's sites (names,
-            distributions, shapes), kind or dimension differ from the recorded model's.
-        """
-        record = streaming.read_checkpoint(path)
-        if record["engine"] != cls.__name__:
-            raise ValueError(f"{path} holds a state of {record['engine']}, not of {cls.__name__}")
-        if record["options"] is None:
-            raise ValueError(
-                f"{path} does not record the filter's options (written by an older version); "
-                "build the filter and read the state with its load method"
-            )
-        args, kwargs = streaming.resume_arguments(record, model_args, model_kwargs, path=path)
-        options = dict(record["options"])
-        options["dtype"] = np.dtype(options["dtype"])
-        filt = cls(model, **options)
-        filt.init(None, *args, **kwargs)
-        streaming.check_model_summary(record, filt, path=path)
-        return filt, streaming.load(path, filt)
-
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs):
         # the compiled functions bake in the model's constants: reuse them (and skip the trace)
@@ -330,10 +269,6 @@ class RIBPFilter(FixedOptions):
         self._log_predictive_fns = {}
         self._feature_use_fn = None
 
-    def _require_init(self):
-        if self.spec is None:
-            raise RuntimeError("call RIBPFilter.init(rng_key, *model_args, **model_kwargs) first")
-
     def init(self, rng_key, *model_args, **model_kwargs):
         """Read the model (one trace) and return the empty state.
 
@@ -350,9 +285,10 @@ class RIBPFilter(FixedOptions):
         else:
             # enough for the first row; the stream grows it (x2) as features accumulate
             capacity = max(16, ibp_capacity(self.spec.alpha, self.spec.beta, num_rows=1))
-        return self._empty(capacity)
+        return self.empty(capacity)
 
-    def _empty(self, capacity):
+    def empty(self, capacity):
+        """The state of no observations with ``capacity`` slots (every feature at its prior)."""
         dt = self.dtype
         return RIBPState(
             mean=jnp.broadcast_to(self._loc, (capacity, self.dim)),
@@ -404,7 +340,7 @@ class RIBPFilter(FixedOptions):
 
     def grow(self, state, capacity):
         """Pad ``state`` with fresh slots up to ``capacity`` (outside ``jit``)."""
-        fresh = self._empty(capacity - self.capacity(state))
+        fresh = self.empty(capacity - self.capacity(state))
         return RIBPState(
             *(jnp.concatenate([a, b]) for a, b in zip(state[:4], fresh[:4], strict=True)),
             num_seen=state.num_seen,
@@ -468,13 +404,7 @@ class RIBPFilter(FixedOptions):
         :raises NonFiniteStateError: when a chunk makes the state NaN or infinite (see
             :func:`streaming.run`; the error carries the last good state).
         """
-        if init_state is not None and self.spec is not None and not (model_args or model_kwargs):
-            state = None  # resuming in a filter that has read its model (e.g. from_checkpoint)
-        else:
-            state = self.init(rng_key, *model_args, **model_kwargs)
-        if init_state is not None:
-            self.check_state(init_state, "init_state")
-            state = init_state
+        state = self._start(rng_key, model_args, model_kwargs, init_state)
         final, traces, time = streaming.run(
             self,
             state,
@@ -485,19 +415,6 @@ class RIBPFilter(FixedOptions):
             trace_every=trace_every,
         )
         return RIBPResult(self, final, traces, time)
-
-    def load(self, path, *model_args, **model_kwargs):
-        """Read a state saved by :meth:`RIBPResult.save` to resume the stream in this filter.
-
-        The model is read from ``model_args``/``model_kwargs`` when given (else the filter must
-        have read it, by :meth:`init` or :meth:`run`); the checkpoint must come from an
-        :class:`RIBPFilter` with the same model kind and dtype, and its state must pass
-        :meth:`check_state` (see :func:`streaming.load`).
-        """
-        if model_args or model_kwargs:
-            self.init(None, *model_args, **model_kwargs)
-        self._require_init()
-        return streaming.load(path, self)
 
     def refine(self, state, data, *, num_passes=100, start="empty", min_use=1.5, num_candidates=16):
         """Refinement passes over a buffer of rows, everything unfrozen (linear-Gaussian model).

@@ -59,10 +59,13 @@ __all__ = [
     "chunk_scanner",
     "load",
     "model_arguments",
+    "num_rows",
+    "pad_rows",
     "read_checkpoint",
     "resume_arguments",
     "run",
     "save",
+    "take_rows",
 ]
 
 
@@ -101,15 +104,19 @@ def chunk_scanner(update):
     """Jit ``update`` into ``scan_chunk(state, chunk, valid) -> (state, infos)``.
 
     ``chunk`` is ``(C, ...)`` observations and ``valid`` a ``(C,)`` bool mask: steps whose row is
-    not valid leave the state unchanged (their infos are discarded by :func:`run`). The compiled
-    function is cached by shape, so a new capacity or chunk size compiles once.
+    not valid leave the state unchanged (their infos, zeros, are discarded by :func:`run`); they
+    skip the update (``lax.cond``), so padding costs nothing even when the state is large (e.g.
+    the word counts of every cluster). The compiled function is cached by shape, so a new
+    capacity or chunk size compiles once.
     """
+
+    def skip(state, obs):
+        shapes = jax.eval_shape(update, state, obs)[1]
+        return state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
     def step(state, inputs):
         obs, ok = inputs
-        new_state, info = update(state, obs)
-        new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
-        return new_state, info
+        return lax.cond(ok, update, skip, state, obs)
 
     @jax.jit
     def scan_chunk(state, chunk, valid):
@@ -144,6 +151,38 @@ def _batches(data):
         ) from None
     for i, batch in enumerate(iterator):
         yield f"batch {i}", batch
+
+
+def num_rows(rows):
+    """Rows in a batch (an array or a ``NamedTuple`` of arrays with a common leading axis)."""
+    return 0 if rows is None else len(jax.tree.leaves(rows)[0])
+
+
+def take_rows(rows, start, stop):
+    """Rows ``start:stop`` of a batch."""
+    return jax.tree.map(lambda a: a[start:stop], rows)
+
+
+def pad_rows(rows, size):
+    """A batch padded with zero rows to ``size`` rows."""
+    return jax.tree.map(lambda a: np.pad(a, [(0, size - len(a))] + [(0, 0)] * (a.ndim - 1)), rows)
+
+
+def _concat_rows(first, second):
+    """Rows of ``first`` then ``second``, each leaf padded with zeros along its trailing axes to
+    the larger of the two (e.g. documents with more distinct words in a later batch)."""
+    if not num_rows(first):
+        return second
+
+    def concat(a, b):
+        width = np.maximum(a.shape[1:], b.shape[1:])
+        a, b = (
+            np.pad(v, [(0, 0)] + [(0, w - n) for w, n in zip(width, v.shape[1:], strict=True)])
+            for v in (a, b)
+        )
+        return np.concatenate([a, b])
+
+    return jax.tree.map(concat, first, second)
 
 
 class _Traces:
@@ -225,13 +264,13 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
     warned = False
     absorbed = 0  # rows of this run's data absorbed so far
     seen = engine.num_seen(state)  # observations absorbed by the state passed in
-    pending = np.empty((0, engine.dim), engine.dtype)
+    pending = None  # rows validated but not yet absorbed (fewer than chunk_size)
 
     def process(state, rows):
         nonlocal warned, absorbed
-        chunk = np.zeros((chunk_size, engine.dim), engine.dtype)
-        chunk[: len(rows)] = rows
-        valid = np.arange(chunk_size) < len(rows)
+        num = num_rows(rows)
+        chunk = pad_rows(rows, chunk_size)
+        valid = np.arange(chunk_size) < num
         start, before = seen + absorbed, state
         while True:
             new_state, info = engine.scan_chunk(state, chunk, valid)
@@ -240,8 +279,8 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
                 traces_so_far, time_so_far = traces.stack()
                 err = NonFiniteStateError(
                     f"{type(engine).__name__}: the state field(s) {bad} went NaN or infinite "
-                    f"while absorbing observations {start + 1}-{start + len(rows)} of the "
-                    f"stream (rows {absorbed}-{absorbed + len(rows) - 1} of this run's data). "
+                    f"while absorbing observations {start + 1}-{start + num} of the "
+                    f"stream (rows {absorbed}-{absorbed + num - 1} of this run's data). "
                     "The stream was stopped; err.partial_state holds the state before those "
                     "observations. Rescale the data (or the model's constants), run in "
                     "float64 (jax.config.update('jax_enable_x64', True) and dtype=float64), "
@@ -249,7 +288,7 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
                 )
                 err.partial_state, err.partial_traces = before, traces_so_far
                 err.partial_time, err.fields = time_so_far, bad
-                err.rows = (absorbed, absorbed + len(rows) - 1)
+                err.rows = (absorbed, absorbed + num - 1)
                 raise err
             if not engine.truncated(new_state):
                 break
@@ -266,13 +305,13 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
                     warned = True
                 break
             state = engine.grow(state, 2 * engine.capacity(state))
-        traces.add(info, start + 1 + np.arange(len(rows)))
-        absorbed += len(rows)
+        traces.add(info, start + 1 + np.arange(num))
+        absorbed += num
         return new_state
 
     def stop(err, state, pending):
         """Absorb the pending rows, attach the stream so far to ``err``."""
-        if len(pending):
+        if num_rows(pending):
             state = process(state, pending)
         err.partial_state = state
         err.partial_traces, err.partial_time = traces.stack()
@@ -292,15 +331,16 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
             except (TypeError, ValueError) as err:  # a bad batch: none of its rows is absorbed
                 stop(err, state, pending)
                 raise
-            pending = np.concatenate([pending, batch])
-            while len(pending) >= chunk_size:
-                state, pending = process(state, pending[:chunk_size]), pending[chunk_size:]
+            pending = _concat_rows(pending, batch)
+            while num_rows(pending) >= chunk_size:
+                state = process(state, take_rows(pending, 0, chunk_size))
+                pending = take_rows(pending, chunk_size, None)
                 bar.update(chunk_size)
                 shown = traces.last[0][engine.progress_key][-1]
                 bar.set_postfix({engine.progress_label: f"{shown:.1f}"})
-        if len(pending):
+        if num_rows(pending):
+            bar.update(num_rows(pending))
             state = process(state, pending)
-            bar.update(len(pending))
     return (state, *traces.stack())
 
 
