@@ -93,15 +93,10 @@ def _library():
 
 
 def _engine_kwargs(data, sigma, hyper, **sizes):
+    """The model's arguments for a streaming engine: the model is traced for one row (its
+    ``num_obs`` and ``max_clusters`` size that trace only); the engine's capacity grows."""
     return dict(
-        num_obs=data.shape[0],
-        mass=hyper.mass,
-        sigma=sigma,
-        tau=TAU,
-        max_clusters=hyper.max_clusters,
-        chunk_size=CHUNK,
-        progress_bar=False,
-        **sizes,
+        mass=hyper.mass, sigma=sigma, tau=TAU, chunk_size=CHUNK, progress_bar=False, **sizes
     )
 
 
@@ -112,7 +107,7 @@ def _timed_run(engine, data, kwargs, seed):
 
     t0 = time.perf_counter()
     warm = data[: min(CHUNK, data.shape[0])]
-    out = engine.run(random.PRNGKey(seed), warm, **{**kwargs, "num_obs": warm.shape[0]})
+    out = engine.run(random.PRNGKey(seed), warm, **kwargs)
     jax.block_until_ready(out.cluster_sizes)
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -130,7 +125,7 @@ def run_adf(train, sigma, hyper, seed=0):
         u_estimate="log_mode",
     )
     kwargs = _engine_kwargs(
-        train, sigma, hyper, vocab=train.shape[1], concentration=hyper.concentration
+        train, sigma, hyper, vocab_size=train.shape[1], concentration=hyper.concentration
     )
     return _timed_run(engine, train, kwargs, seed)
 
@@ -145,8 +140,9 @@ def run_ep(train, sigma, hyper, num_passes, seed=0):
         u_estimate="log_mode",
     )
     kwargs = _engine_kwargs(
-        train, sigma, hyper, vocab=train.shape[1], concentration=hyper.concentration
+        train, sigma, hyper, vocab_size=train.shape[1], concentration=hyper.concentration
     )
+    del kwargs["chunk_size"]  # EP holds the data set: no chunks
     return _timed_run(engine, train, kwargs, seed)
 
 

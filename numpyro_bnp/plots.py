@@ -6,6 +6,7 @@ Every function returns the matplotlib ``Figure`` it drew, so callers can save or
 import numpy as np
 
 __all__ = [
+    "plot_cluster_sizes",
     "plot_feature_count",
     "plot_feature_grid",
     "plot_feature_sharing",
@@ -157,4 +158,33 @@ def plot_feature_sharing(sharing, labels, *, vmin=None, vmax=None):
                 color="w" if sharing[i, j] < middle else "k",
             )
     fig.colorbar(image, ax=ax, label="fraction of features shared")
+    return fig
+
+
+def plot_cluster_sizes(results, *, axes=None):
+    """Mixture results side by side: cluster sizes by rank, and clusters over the stream.
+
+    :param results: ``{label: result}`` of :class:`~numpyro_bnp.infer.NRMResult` (ADF-NRM or
+        EP-NRM), e.g. ``{"DP": dp, "NGGP σ = ½": ig}``.
+    :param axes: optional two matplotlib axes (sizes, clusters over time).
+    :return: the figure. Left: the soft counts ``E[n_k]`` in decreasing order on log-log
+        axes (a power law, the NGGP's signature, is a straight line; the DP's sizes fall off
+        exponentially). Right: ``E[K_n]`` against the observations ``n``.
+    """
+    plt = _pyplot()
+    if not isinstance(results, dict) or not results:
+        raise TypeError("results must be a non-empty dict {label: NRMResult}")
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), layout="constrained")
+    else:
+        fig = axes[0].figure
+    for label, result in results.items():
+        sizes = np.sort(np.asarray(result.cluster_sizes))[::-1]
+        axes[0].loglog(np.arange(1, len(sizes) + 1), sizes, ".-", label=label)
+        axes[1].plot(result.time, result.traces["num_clusters"], label=label)
+    axes[0].set_xlabel("cluster rank")
+    axes[0].set_ylabel("soft count E[n_k]")
+    axes[1].set_xlabel("observations n")
+    axes[1].set_ylabel("clusters E[K_n]")
+    axes[0].legend(fontsize=8)
     return fig

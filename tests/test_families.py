@@ -474,6 +474,35 @@ def test_dirichlet_multinomial_pmf_sums_to_one():
     assert float(logsumexp(np.asarray(lp))) == pytest.approx(0.0, abs=1e-13)
 
 
+def test_split_documents_equal_numpyros_dirichlet_multinomial():
+    """Split documents (small counts by the log-free product form, counts above SMALL_COUNT
+    by log-gamma) against NumPyro's DirichletMultinomial at a posterior with concentrations
+    from 1e-3 to 1e4, and updates equal to those of the unsplit documents."""
+    from numpyro_bnp.infer._nrm_rows import check_documents
+
+    vocab = 12
+    conc = np.geomspace(1e-3, 1e4, vocab)
+    family = fam.DirichletMultinomial.from_prior(dist.Dirichlet(jnp.asarray(conc)))
+    dense = RNG.poisson(np.geomspace(0.2, 30, vocab), size=(9, vocab))
+    dense[0] = 0
+    dense[0, 3] = fam.SMALL_COUNT + 1  # only a large count
+    dense[1] = (dense[1] > 0).astype(int)  # only small counts
+    split = check_documents(dense, vocab=vocab, dtype=np.float64)
+    assert split.large_ids is not None and (split.counts <= fam.SMALL_COUNT).all()
+    plain = fam.sparse_counts(dense)
+    w = RNG.uniform(size=len(dense))
+    post_split = run_updates(family, family.prior, split, w)
+    post_plain = run_updates(family, family.prior, plain, w)
+    np.testing.assert_allclose(post_split.concentration, post_plain.concentration, rtol=1e-13)
+    np.testing.assert_allclose(post_split.total, post_plain.total, rtol=1e-13)
+    got = jax.vmap(lambda x: family.log_predictive(post_split, x))(split)
+    ref = dist.DirichletMultinomial(post_plain.concentration, total_count=dense.sum(1))
+    np.testing.assert_allclose(got, ref.log_prob(jnp.asarray(dense)), rtol=1e-12, atol=1e-10)
+    elbo = jax.vmap(lambda x: family.expected_log_likelihood(post_split, x))(split)
+    elbo_plain = jax.vmap(lambda x: family.expected_log_likelihood(post_plain, x))(plain)
+    np.testing.assert_allclose(elbo, elbo_plain, rtol=1e-12)
+
+
 def test_sparse_counts_pads_documents_of_different_lengths():
     dense = np.array([[0, 2, 0, 1, 0], [0, 0, 0, 0, 0], [5, 0, 0, 0, 0]])
     docs = fam.sparse_counts(dense)

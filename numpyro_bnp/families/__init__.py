@@ -99,6 +99,7 @@ References:
 
 from numpyro_bnp.families._common import ConjugateFamily
 from numpyro_bnp.families.counts import (
+    SMALL_COUNT,
     BetaBernoulli,
     BetaParams,
     DirichletMultinomial,
@@ -119,6 +120,7 @@ from numpyro_bnp.families.gaussian import (
 )
 
 __all__ = [
+    "SMALL_COUNT",
     "BetaBernoulli",
     "BetaParams",
     "ConjugateFamily",

@@ -26,6 +26,7 @@ from numpyro_bnp.families._common import (
 )
 
 __all__ = [
+    "SMALL_COUNT",
     "BetaBernoulli",
     "BetaParams",
     "DirichletMultinomial",
@@ -37,16 +38,50 @@ __all__ = [
 ]
 
 
+SMALL_COUNT = 8  # the largest count of the first block of a split document
+
+
 class SparseCounts(NamedTuple):
     """A document (or a batch of them) as distinct word ids and their counts.
 
     ``ids`` (``(..., L)``, integers in ``[0, V)``) and ``counts`` (``(..., L)``, non-negative
     integers). The ids of one document with a non-zero count must be distinct; padding entries
     have count 0 (and any valid id), so documents of different lengths share one ``L``.
+
+    A *split* document also has ``large_ids`` and ``large_counts`` (``(..., L')``): then the
+    first block holds only counts up to :data:`SMALL_COUNT` and the second the larger ones
+    (its padding count 0 too). Most counts of a document are small (most words occur once), and
+    for those the predictive needs no log-gamma function (see
+    :meth:`DirichletMultinomial.log_predictive`): about five times cheaper per entry.
     """
 
     ids: jax.Array
     counts: jax.Array
+    large_ids: jax.Array | None = None
+    large_counts: jax.Array | None = None
+
+
+def _log_rising_small(a, n):
+    """``log Γ(a + n) − log Γ(a)`` for whole ``0 <= n <= SMALL_COUNT`` and ``a > 0``, as
+    ``n log a + log Π_{0<i<n} (1 + i/a)`` (two partial products, so no overflow for
+    ``a >= 1e-8`` in float32): two or three logarithms instead of two log-gamma functions."""
+    inv = 1 / a
+    first, second = jnp.ones_like(inv), jnp.ones_like(inv)
+    for i in range(1, SMALL_COUNT):
+        factor = jnp.where(n > i, 1 + i * inv, 1.0)
+        if i < SMALL_COUNT // 2:
+            first = first * factor
+        else:
+            second = second * factor
+    return n * jnp.log(a) + jnp.log(first) + jnp.log(second)
+
+
+def _blocks(x, dtype):
+    """``[(ids, counts, small)]`` of a document: one block, or the two of a split one."""
+    blocks = [(x.ids, jnp.asarray(x.counts, dtype), x.large_ids is not None)]
+    if x.large_ids is not None:
+        blocks.append((x.large_ids, jnp.asarray(x.large_counts, dtype), False))
+    return blocks
 
 
 class DirichletParams(NamedTuple):
@@ -133,31 +168,41 @@ class DirichletMultinomial(ConjugateFamily):
         return cls(DirichletParams(conc, conc.sum(-1)))
 
     def stats(self, x):
-        """``x`` (:class:`SparseCounts`) with its counts cast to the family's dtype."""
-        return SparseCounts(jnp.asarray(x.ids, jnp.int32), jnp.asarray(x.counts, self.dtype))
+        """``x`` (:class:`SparseCounts`, split or not) with its counts in the family's dtype."""
+        large = None if x.large_ids is None else jnp.asarray(x.large_counts, self.dtype)
+        large_ids = None if x.large_ids is None else jnp.asarray(x.large_ids, jnp.int32)
+        return SparseCounts(
+            jnp.asarray(x.ids, jnp.int32), jnp.asarray(x.counts, self.dtype), large_ids, large
+        )
 
     def update(self, params, stats, weight):
         """λ_v ← λ_v + w x_v on the document's words only, Λ ← Λ + w N."""
         w = jnp.asarray(weight, self.dtype)
-        counts = jnp.asarray(stats.counts, self.dtype)
-        conc = params.concentration.at[..., stats.ids].add(w[..., None] * counts)
-        return DirichletParams(conc, params.total + w * counts.sum(-1))
+        conc, total = params.concentration, params.total
+        for ids, counts, _ in _blocks(stats, self.dtype):
+            conc = conc.at[..., ids].add(w[..., None] * counts)
+            total = total + w * counts.sum(-1)
+        return DirichletParams(conc, total)
 
     def log_predictive(self, params, x):
-        """The Dirichlet–multinomial log pmf of the document ``x`` (O(L) per cluster)."""
-        counts = jnp.asarray(x.counts, self.dtype)
-        n = counts.sum(-1)
-        lam = params.concentration[..., x.ids]
-        coef = gammaln(n + 1) - gammaln(counts + 1).sum(-1)
-        return coef - _log_rising(params.total, n) + _log_rising(lam, counts).sum(-1)
+        """The Dirichlet–multinomial log pmf of the document ``x`` (O(L) per cluster; the
+        small counts of a split document by :func:`_log_rising_small`)."""
+        log_pmf, n = 0.0, 0.0
+        for ids, counts, small in _blocks(x, self.dtype):
+            lam = params.concentration[..., ids]
+            rising = _log_rising_small(lam, counts) if small else _log_rising(lam, counts)
+            log_pmf = log_pmf + rising.sum(-1) - gammaln(counts + 1).sum(-1)
+            n = n + counts.sum(-1)
+        return log_pmf + gammaln(n + 1) - _log_rising(params.total, n)
 
     def expected_log_likelihood(self, params, x):
         """``log(N! / Π x_v!) + Σ_v x_v (ψ(λ_v) − ψ(Λ))``, O(L) per cluster."""
-        counts = jnp.asarray(x.counts, self.dtype)
-        n = counts.sum(-1)
-        coef = gammaln(n + 1) - gammaln(counts + 1).sum(-1)
-        lam = params.concentration[..., x.ids]
-        return coef + (counts * digamma(lam)).sum(-1) - n * digamma(params.total)
+        value, n = 0.0, 0.0
+        for ids, counts, _ in _blocks(x, self.dtype):
+            lam = params.concentration[..., ids]
+            value = value + (counts * digamma(lam)).sum(-1) - gammaln(counts + 1).sum(-1)
+            n = n + counts.sum(-1)
+        return value + gammaln(n + 1) - n * digamma(params.total)
 
     def kl(self, params_q, params_p):
         """KL of two Dirichlets (O(V))."""

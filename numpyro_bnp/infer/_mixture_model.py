@@ -190,7 +190,12 @@ def _stand_in(labels):
             return None
         dtype = jnp.result_type(*jax.tree.leaves(fn), float)  # the parameters' float dtype
         shape = transform.inverse_shape(tuple(fn.shape()))
-        return transform(jnp.asarray(noise.normal(size=shape), dtype))
+        value = transform(jnp.asarray(noise.normal(size=shape), dtype))
+        if fn.support is constraints.simplex:
+            # stick-breaking rounds: in float32 over a large vocabulary the sum drifts past the
+            # simplex check of a Multinomial (1e-6); normalising brings it back to one rounding
+            value = value / value.sum(-1, keepdims=True)
+        return value
 
     return substitute
 

@@ -4,22 +4,37 @@ work per document is O(distinct words), never O(vocabulary)."""
 
 import numpy as np
 
-from numpyro_bnp.families import SparseCounts
+from numpyro_bnp.families import SMALL_COUNT, SparseCounts
 from numpyro_bnp.infer.streaming import BadBatchError
 
-_MIN_WORDS = 8  # the padded width of a batch is a power of two at least this
+_MIN_WORDS = 4  # the padded width of a block is at least this
 
 
 def _width(need):
-    """The padded number of words per document: a power of two >= ``need`` (few compiled
-    shapes across batches)."""
-    return max(_MIN_WORDS, 1 << max(int(need) - 1, 0).bit_length())
+    """The padded number of entries per document: the smallest ``2^k`` or ``3 · 2^(k-1)``
+    that holds ``need`` (a few compiled shapes across batches, at most a third wasted)."""
+    need = max(int(need), _MIN_WORDS)
+    power = 1 << (need - 1).bit_length()
+    return 3 * power // 4 if 3 * power // 4 >= need else power
+
+
+def _pack(rows, cols, values, num, dtype):
+    """``(ids, counts)`` ``(num, L)`` of the entries ``(rows, cols, values)`` (sorted by row)."""
+    per_doc = np.bincount(rows, minlength=num)
+    width = _width(per_doc.max(initial=0))
+    starts = np.concatenate([[0], np.cumsum(per_doc)[:-1]])
+    position = np.arange(len(rows)) - np.repeat(starts, per_doc)
+    ids = np.zeros((num, width), np.int32)
+    counts = np.zeros((num, width), dtype)
+    ids[rows, position], counts[rows, position] = cols, values
+    return ids, counts
 
 
 def check_documents(batch, *, vocab, dtype, name="batch"):
     """Word counts ``(n, V)`` (a dense array, one document ``(V,)`` or a ``scipy.sparse``
-    matrix) as :class:`SparseCounts` of NumPy arrays ``(n, L)``: ids ``int32``, counts in
-    ``dtype``, padded with count-0 entries to ``L``, a power of two.
+    matrix) as split :class:`SparseCounts` of NumPy arrays: the counts up to
+    :data:`~numpyro_bnp.families.SMALL_COUNT` in the first block ``(n, L)``, the larger ones in
+    the second ``(n, L')``; ids ``int32``, counts in ``dtype``, padded with count-0 entries.
 
     :raises TypeError: when the counts are not real numbers.
     :raises BadBatchError: (a ``ValueError``) on a wrong shape, an empty batch, or counts that
@@ -56,11 +71,7 @@ def check_documents(batch, *, vocab, dtype, name="batch"):
         )
     keep = cast != 0
     rows, cols, cast = rows[keep], cols[keep], cast[keep]
-    per_doc = np.bincount(rows, minlength=num)
-    width = _width(per_doc.max(initial=0))
-    starts = np.concatenate([[0], np.cumsum(per_doc)[:-1]])
-    position = np.arange(len(rows)) - np.repeat(starts, per_doc)
-    ids = np.zeros((num, width), np.int32)
-    counts = np.zeros((num, width), dtype)
-    ids[rows, position], counts[rows, position] = cols, cast
-    return SparseCounts(ids, counts)
+    small = cast <= SMALL_COUNT
+    ids, counts = _pack(rows[small], cols[small], cast[small], num, dtype)
+    large_ids, large_counts = _pack(rows[~small], cols[~small], cast[~small], num, dtype)
+    return SparseCounts(ids, counts, large_ids, large_counts)
