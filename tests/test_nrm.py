@@ -419,3 +419,20 @@ def test_options_are_validated():
         EPNRM(models.nggp_multinomial_mixture, num_passes=-1)
     with pytest.raises(ValueError, match="damping"):
         EPNRM(models.nggp_multinomial_mixture, num_passes=1, damping=0.0)
+
+
+def test_plot_cluster_sizes_draws_the_sizes_by_rank(ep_runs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from numpyro_bnp.plots import plot_cluster_sizes
+
+    adf, _, ep = ep_runs
+    fig = plot_cluster_sizes({"ADF": adf, "EP": ep})
+    sizes_ax, time_ax = fig.axes
+    ranks, sizes = sizes_ax.lines[0].get_data()
+    np.testing.assert_array_equal(ranks, np.arange(1, len(sizes) + 1))
+    np.testing.assert_array_equal(sizes, np.sort(adf.cluster_sizes)[::-1])
+    np.testing.assert_array_equal(time_ax.lines[1].get_data()[1], ep.traces["num_clusters"])
+    with pytest.raises(TypeError, match="dict"):
+        plot_cluster_sizes([adf])
