@@ -436,3 +436,11 @@ def test_plot_cluster_sizes_draws_the_sizes_by_rank(ep_runs):
     np.testing.assert_array_equal(time_ax.lines[1].get_data()[1], ep.traces["num_clusters"])
     with pytest.raises(TypeError, match="dict"):
         plot_cluster_sizes([adf])
+
+
+def test_constants_that_vanish_in_float32_are_refused():
+    engine = ADFNRM(models.nggp_multinomial_mixture, dtype=np.float32)
+    with pytest.raises(ValueError, match="component prior's concentration must be positive"):
+        engine.init(None, **dict(DOCS, concentration=1e-50), mass=1.0, sigma=0.5)
+    with pytest.raises(ValueError, match="mass of the NGGP site"):
+        engine.init(None, **DOCS, mass=1e-60, sigma=0.5)

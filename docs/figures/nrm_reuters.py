@@ -11,9 +11,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from numpyro_bnp import models  # noqa: E402
-from numpyro_bnp.infer import ADFNRM  # noqa: E402
-from numpyro_bnp.plots import plot_cluster_sizes  # noqa: E402
+from numpyro_bnp import models
+from numpyro_bnp.infer import ADFNRM
+from numpyro_bnp.plots import plot_cluster_sizes
 
 
 def main():

@@ -42,6 +42,7 @@ from jax import random
 from jax.scipy.special import logsumexp
 
 from numpyro_bnp._checks import (
+    finite_in_dtype,
     floating_dtype,
     model_function,
     positive_int,
@@ -197,6 +198,13 @@ class ADFNRM(ModelEngine):
                 f"(a new cluster's prior weight E[n] - sigma must stay positive), got {eps}"
             )
         dt = self.dtype
+        # constants fine in float64 can overflow or vanish in the working dtype
+        site = repr(spec.partition_site)
+        finite_in_dtype(spec.mass, f"mass of the NGGP site {site}", dtype=dt, positive=True)
+        finite_in_dtype(spec.tau, f"tau of the NGGP site {site}", dtype=dt)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(spec.family.prior):
+            name = f"the component prior's {jax.tree_util.keystr(path).lstrip('.')}"
+            finite_in_dtype(leaf, name, dtype=dt, positive=bool(np.all(np.asarray(leaf) > 0)))
         self.spec = spec
         self.kind = f"nggp_{type(spec.family).__name__}"
         self.dim = spec.dim
