@@ -27,8 +27,15 @@ from numpyro_bnp.distributions import (
     exactly,
     ibp_capacity,
 )
-from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice, RestrictedIBPGibbs, RIBPFilter
-from numpyro_bnp.models import linear_gaussian
+from numpyro_bnp.infer import (
+    ADFNRM,
+    EPNRM,
+    AcceleratedIBPGibbs,
+    CRMSlice,
+    RestrictedIBPGibbs,
+    RIBPFilter,
+)
+from numpyro_bnp.models import linear_gaussian, nggp_multinomial_mixture
 
 FUZZ = settings(
     max_examples=30,
@@ -270,3 +277,70 @@ def test_crm_slice_options(option, bad):
 @given(bad=not_a_size)
 def test_accelerated_gibbs_options(bad):
     raises_naming("refresh_every", AcceleratedIBPGibbs, ibp_model, refresh_every=bad)
+
+
+# ---------------------------------------------------------------------------- NGGP mixtures
+VOCAB = 6
+DOCS = dict(vocab_size=VOCAB, mass=1.0, sigma=0.5, concentration=0.5)
+
+
+@pytest.fixture(scope="module")
+def adf():
+    return ADFNRM(nggp_multinomial_mixture, dtype=jnp.float32)
+
+
+@pytest.fixture(scope="module")
+def good_docs():
+    return np.random.default_rng(1).poisson(2.0, size=(30, VOCAB))
+
+
+@pytest.fixture(scope="module")
+def adf_state(adf, good_docs):
+    return adf.run(None, good_docs, progress_bar=False, chunk_size=16, **DOCS).state
+
+
+@st.composite
+def bad_documents(draw):
+    """Word counts the engine must refuse: a value that is not a whole count, a wrong shape or
+    kind."""
+    kind = draw(st.sampled_from(["value", "shape", "kind"]))
+    rows = draw(st.integers(1, 4))
+    if kind == "value":
+        batch = np.ones((rows, VOCAB))
+        row, col = draw(st.integers(0, rows - 1)), draw(st.integers(0, VOCAB - 1))
+        batch[row, col] = draw(st.sampled_from([np.nan, np.inf, -1.0, 0.5, 1e300, 2.0**24 + 1]))
+        return batch
+    if kind == "shape":
+        shape = draw(st.sampled_from([(rows, VOCAB + 1), (0, VOCAB), (rows, VOCAB, 1)]))
+        return np.zeros(shape)
+    return draw(st.sampled_from([np.ones((rows, VOCAB), complex), np.full((rows, VOCAB), "a")]))
+
+
+@FUZZ
+@given(bad=bad_documents())
+def test_a_bad_document_batch_names_itself_and_leaves_the_state(adf, good_docs, adf_state, bad):
+    before = jax.tree.map(np.array, adf_state)
+    with pytest.raises((TypeError, ValueError)) as info:
+        adf.run(None, [good_docs[:5], bad], init_state=adf_state, progress_bar=False)
+    assert "batch 1" in str(info.value), info.value
+    expected = adf.run(None, good_docs[:5], init_state=adf_state, progress_bar=False).state
+    assert same_state(info.value.partial_state, expected)
+    assert same_state(adf_state, before)
+
+
+@FUZZ
+@given(bad=not_a_size.filter(lambda v: v is not None))
+def test_mixture_engine_sizes(bad):
+    raises_naming("max_clusters", ADFNRM, nggp_multinomial_mixture, max_clusters=bad)
+    if not (type(bad) is int and bad == 0):  # zero EP passes is the ADF result
+        raises_naming("num_passes", EPNRM, nggp_multinomial_mixture, num_passes=bad)
+
+
+@FUZZ
+@given(bad=not_a_probability.filter(lambda v: v is not None))
+def test_mixture_engine_probabilities(bad):
+    raises_naming(
+        "new_cluster_threshold", ADFNRM, nggp_multinomial_mixture, new_cluster_threshold=bad
+    )
+    if bad != 1:
+        raises_naming("damping", EPNRM, nggp_multinomial_mixture, num_passes=1, damping=bad)
