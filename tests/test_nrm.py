@@ -444,3 +444,16 @@ def test_constants_that_vanish_in_float32_are_refused():
         engine.init(None, **dict(DOCS, concentration=1e-50), mass=1.0, sigma=0.5)
     with pytest.raises(ValueError, match="mass of the NGGP site"):
         engine.init(None, **DOCS, mass=1e-60, sigma=0.5)
+
+
+def test_results_pickle(ep_runs, corpus):
+    import pickle
+
+    adf, _, ep = ep_runs
+    docs, _ = corpus
+    for result in (adf, ep):
+        again = pickle.loads(pickle.dumps(result))
+        np.testing.assert_array_equal(
+            again.log_predictive(docs[:5]), result.log_predictive(docs[:5])
+        )
+        assert again.engine.options == result.engine.options

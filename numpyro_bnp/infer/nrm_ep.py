@@ -65,10 +65,11 @@ class EPNRM(ADFNRM):
         )
         self.num_passes = nonnegative_int(num_passes, "num_passes")
         self.tol = positive_float(tol, "tol")
-        if damping is not None and damping != 1:
+        if damping is None or (type(damping) in (int, float) and damping == 1):
+            damping = 1.0  # no damping
+        else:
             damping = unit_interval(damping, "damping")
-        self.damping = 1.0 if damping is None else float(damping)
-        self._passes = None
+        self.damping = damping
 
     @property
     def options(self):
@@ -83,7 +84,7 @@ class EPNRM(ADFNRM):
     def _read(self, model_args, model_kwargs):
         key = self._spec_key
         super()._read(model_args, model_kwargs)
-        if self._spec_key != key or self._passes is None:
+        if self._spec_key != key or getattr(self, "_passes", None) is None:
             self._passes = (jax.jit(self._adf_pass), jax.jit(self._ep_pass), jax.jit(self._prune))
 
     # ------------------------------------------------------------------ the passes (jitted)
