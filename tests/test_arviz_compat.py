@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -49,6 +50,21 @@ print(sorted(data.children if hasattr(data, "children") else data.groups()))
 """
 
 
+def _subprocess_env():
+    """CPU only, and the suite's persistent compilation cache (``tests/conftest.py``).
+
+    Each import order needs a fresh interpreter, but all of them compile the same programs (the
+    MCMC run, ArviZ's log-likelihood): with the cache, every program kept however quickly it
+    compiled, only the first interpreter compiles them and the others load them.
+    """
+    return {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+
+
 @pytest.mark.parametrize(
     "imports",
     [
@@ -66,7 +82,7 @@ def test_arviz_from_numpyro_in_any_import_order(imports):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        env=_subprocess_env(),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     groups = out.stdout.strip().splitlines()[-1]

@@ -19,10 +19,14 @@ from numpyro_bnp._checks import RENAMED_REMOVAL, renamed_arguments
 from numpyro_bnp.demos import ribp as ribp_demo
 from numpyro_bnp.infer import CRMSlice
 
-LINEAR = dict(num_obs=4, dim=2)
-CRM = dict(num_obs=4, dim=2, max_features=5)
+# One capacity K = 5 everywhere (``truncation=5`` below too): every case traces its model at the
+# same shapes, so the eagerly compiled operations of one model's trace serve all its cases (a
+# default capacity would differ with the hyper-parameters, and each would compile anew).
+K = 5
+SIZES = dict(num_obs=4, dim=2)
+LINEAR = dict(SIZES, max_features=K)
 TOPICS = dict(doc_lengths=np.full(3, 4.0), vocab_size=5)
-RESTRICTED = dict(num_obs=4, dim=2, count_dist=dist.Poisson(1.0), max_features=6)
+RESTRICTED = dict(LINEAR, count_dist=dist.Poisson(1.0))
 
 # model, fixed arguments, old names, the same values under the new names
 RENAMED = [
@@ -35,17 +39,17 @@ RENAMED = [
         {"mass": 2.0, "concentration": 0.5},
     ),
     (models.restricted_linear_gaussian, RESTRICTED, {"alpha": 2.0}, {"mass": 2.0}),
-    (models.beta_bernoulli_linear_gaussian, CRM, {"sigma": 0.3}, {"sigma_o": 0.3}),
-    (models.beta_bernoulli_linear_gaussian, CRM, {"sigma0": 2.0}, {"sigma_a": 2.0}),
-    (models.beta_bernoulli_linear_gaussian, LINEAR, {"truncation": 7}, {"max_features": 7}),
+    (models.beta_bernoulli_linear_gaussian, LINEAR, {"sigma": 0.3}, {"sigma_o": 0.3}),
+    (models.beta_bernoulli_linear_gaussian, LINEAR, {"sigma0": 2.0}, {"sigma_a": 2.0}),
+    (models.beta_bernoulli_linear_gaussian, SIZES, {"truncation": K}, {"max_features": K}),
     (
         models.gamma_poisson_linear_gaussian,
-        CRM,
+        LINEAR,
         {"sigma": 0.3, "sigma0": 2.0},
         {"sigma_o": 0.3, "sigma_a": 2.0},
     ),
-    (models.gamma_poisson_linear_gaussian, LINEAR, {"truncation": 7}, {"max_features": 7}),
-    (models.bnb_combinatorial_clustering, TOPICS, {"truncation": 7}, {"max_features": 7}),
+    (models.gamma_poisson_linear_gaussian, SIZES, {"truncation": K}, {"max_features": K}),
+    (models.bnb_combinatorial_clustering, TOPICS, {"truncation": K}, {"max_features": K}),
 ]
 
 
