@@ -70,6 +70,8 @@ __all__ = [
 
 
 def _positive(**params):
+    """Check hyper-parameters that must be finite and ``> 0`` (concrete values only: a model may
+    be traced with them as arguments of a compiled function)."""
     for name, value in params.items():
         _check(lambda x: x > 0, name, "finite and > 0", value)
 

@@ -55,6 +55,7 @@ from numpyro_bnp.distributions import (
 )
 from numpyro_bnp.distributions.crm import _check
 from numpyro_bnp.mixture_models import (
+    _positive,
     nggp_bernoulli_mixture,
     nggp_diagonal_gaussian_mixture,
     nggp_gaussian_mixture,
@@ -82,13 +83,6 @@ __all__ = [
 def _sizes(**sizes):
     """Check the static sizes of a model (positive integers, ``None`` where optional)."""
     return [None if v is None else positive_int(v, name) for name, v in sizes.items()]
-
-
-def _positive(**params):
-    """Check hyper-parameters that must be finite and ``> 0`` (concrete values only: a model may
-    be traced with them as arguments of a compiled function)."""
-    for name, value in params.items():
-        _check(lambda x: x > 0, name, "finite and > 0", value)
 
 
 def _observe(name, fn, value):
