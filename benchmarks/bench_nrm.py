@@ -68,6 +68,7 @@ TAU = 1.0
 PRIORS = (("DP", 0.0), ("IG", 0.5))
 CHUNK = 256  # engine chunk size
 EP_PASSES = (1, 5, 20)
+MERGE_EVERY = 100  # documents between the merge rounds of the "ADF IG merges" rows
 
 # synthetic corpus (the paper's §4.2 generator at the scale of its NYT experiment)
 SYN_VOCAB, SYN_DISCOUNT, SYN_CONCENTRATION = 8_000, 0.75, 1.0
@@ -125,13 +126,14 @@ def _timed_run(engine, data, kwargs, seed):
     return result, time.perf_counter() - t0, cold_s
 
 
-def run_adf(train, sigma, hyper, seed=0):
+def run_adf(train, sigma, hyper, seed=0, merge_every=None):
     """``ADFNRM`` on ``train`` ((N, V) dense counts or CSR): ``(result, seconds, cold s)``."""
     adf, _, models = _library()
     engine = adf(
         models.nggp_multinomial_mixture,
         new_cluster_threshold=hyper.threshold,
         u_estimate="log_mode",
+        merge_every=merge_every,
     )
     kwargs = _engine_kwargs(
         train, sigma, hyper, vocab_size=train.shape[1], concentration=hyper.concentration
@@ -230,6 +232,8 @@ def engine_rows(train, test, hyper, evaluate=None, ep_passes=EP_PASSES, seed=0):
             for passes in ep_passes:
                 run = run_ep(train, sigma, hyper, passes, seed)
                 rows.append(engine_row(f"EP x{passes} {prior}", run, n, test, evaluate))
+    run = run_adf(train, 0.5, hyper, seed, merge_every=MERGE_EVERY)
+    rows.append(engine_row("ADF IG merges", run, n, test, evaluate, f"every {MERGE_EVERY}"))
     for row in rows:
         if row["K"] >= hyper.max_clusters:
             row["note"] += "; saturated (K = max_clusters)"
@@ -553,7 +557,7 @@ def print_tables(title, rows, pairs, measure_note=None):
 
 def standard_pairs(ep_passes=EP_PASSES, extra=()):
     pairs = [(f"ADF {p}", f"NumPy ADF {p}") for p, _ in PRIORS]
-    pairs += [("ADF IG", "ADF DP"), ("NumPy ADF IG", "NumPy ADF DP")]
+    pairs += [("ADF IG", "ADF DP"), ("NumPy ADF IG", "NumPy ADF DP"), ("ADF IG merges", "ADF IG")]
     pairs += [(f"EP x{k} {p}", f"ADF {p}") for p, _ in PRIORS for k in ep_passes]
     pairs += [(f"EP x{max(ep_passes)} IG", f"EP x{max(ep_passes)} DP")] if ep_passes else []
     return pairs + list(extra)

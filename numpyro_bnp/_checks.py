@@ -90,6 +90,14 @@ def _real_scalar(value, name, expected):
     return float(value)
 
 
+def finite_float(value, name):
+    """``value`` as a finite Python float; else ``TypeError``/``ValueError``."""
+    result = _real_scalar(value, name, "a finite number")
+    if not np.isfinite(result):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return result
+
+
 def positive_float(value, name):
     """``value`` as a finite Python float ``> 0``; else ``TypeError``/``ValueError``."""
     result = _real_scalar(value, name, "a positive number")

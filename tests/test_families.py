@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+from family_cases import CASES, normal_case
 from jax import lax, random
 from scipy import stats
 from scipy.special import logsumexp
@@ -98,242 +99,12 @@ def readouts(family, stacked, obs, key):
     }
 
 
-def per_draw(fn):
-    """``fn(θ, *args)`` of one draw as a compiled function of a batch of draws.
-
-    Only for densities without matrix factorisations: two batched CPU LAPACK kernels in one
-    program can deadlock jax 0.10 on two cores, so the Gaussian references use SciPy instead.
-    The posterior's parameters stay constants of the closure (one compilation per posterior):
-    XLA folds them, which compiles faster than one program shared with parameter arguments.
-    """
-    return lambda thetas, *args: np.asarray(jax.jit(jax.vmap(lambda th: fn(th, *args)))(thetas))
-
-
-# The reference predictives, compiled once per case (and shared by the variants of
-# ``normal_case``) rather than dispatched op by op for every cluster. Each program holds at most
-# one (unbatched) LAPACK kernel: Cholesky factors are computed in NumPy.
-
-
-@jax.jit
-def dirichlet_multinomial_log_prob(x, conc):
-    return dist.DirichletMultinomial(conc, total_count=x.sum(-1)).log_prob(x)
-
-
-@jax.jit
-def mvn_log_prob(x, loc, scale_tril):
-    return dist.MultivariateNormal(loc, scale_tril=scale_tril).log_prob(x)
-
-
-@jax.jit
-def mvt_log_prob(x, df, loc, scale_tril):
-    return dist.MultivariateStudentT(df, loc, scale_tril).log_prob(x)
-
-
-@jax.jit
-def student_t_log_prob(x, df, loc, scale):
-    return dist.StudentT(df, loc, scale).log_prob(x).sum(-1)
-
-
-@jax.jit
-def gamma_poisson_log_prob(x, a, b):
-    return dist.GammaPoisson(a, b).log_prob(x).sum(-1)
-
-
-@jax.jit
-def beta_bernoulli_log_prob(x, a, b):
-    return dist.BetaBinomial(a, b, total_count=1).log_prob(x).sum(-1)
-
-
-# ---------------------------------------------------------------- cases and brute-force references
-# Each case: the family, N observations (dense, for the references, and as the family reads
-# them), and ``posterior(w)``: for weights w, the brute-force posterior's log density of θ (of a
-# batch of draws), of x given θ, the predictive log density, the mean of θ and the parameters.
-
-
-def _spd(dim, scale=1.0):
-    a = RNG.normal(size=(dim, dim))
-    return scale * (a @ a.T / dim + np.eye(dim))
-
-
-def dirichlet_case():
-    conc0 = np.array([0.5, 1.0, 1.5, 2.0, 0.7])
-    dense = RNG.poisson(1.2, size=(7, 5)) * (RNG.uniform(size=(7, 5)) < 0.6)
-    dense[0] = 0
-    dense[0, 2] = 3  # one document with a single word
-
-    def posterior(w):
-        conc = conc0 + w @ dense
-        return {
-            "theta": per_draw(dist.Dirichlet(conc).log_prob),
-            "lik": per_draw(lambda theta, x: dist.Multinomial(x.sum(), theta).log_prob(x)),
-            "pred": lambda x: dirichlet_multinomial_log_prob(x, conc),
-            "mean": conc / conc.sum(),
-            "params": (conc, conc.sum()),
-        }
-
-    family = fam.DirichletMultinomial.from_prior(dist.Dirichlet(conc0))
-    return family, dense, fam.sparse_counts(dense), posterior
-
-
-def normal_case(prior_full=True, noise_full=True, dim=3):
-    m0 = RNG.normal(size=dim)
-    s0 = _spd(dim, 2.0) if prior_full else np.diag(RNG.uniform(0.5, 2.0, size=dim))
-    cov = _spd(dim, 0.5) if noise_full else np.diag(RNG.uniform(0.3, 1.0, size=dim))
-    dense = RNG.normal(size=(6, dim)) * 2 + 1
-    prior = (
-        dist.MultivariateNormal(m0, s0)
-        if prior_full
-        else dist.Normal(m0, np.sqrt(np.diag(s0))).to_event(1)
-    )
-    noise = {"noise_covariance": cov} if noise_full else {"noise_scale": np.sqrt(np.diag(cov))}
-    family = fam.NormalNormal.from_prior(prior, **noise)
-
-    def posterior(w):
-        prec = np.linalg.inv(s0) + w.sum() * np.linalg.inv(cov)
-        post_cov = np.linalg.inv(prec)
-        mean = post_cov @ (np.linalg.solve(s0, m0) + np.linalg.solve(cov, w @ dense))
-        return {
-            "theta": stats.multivariate_normal(mean, post_cov).logpdf,
-            "lik": lambda theta, x: stats.multivariate_normal(x, cov).logpdf(theta),
-            "pred": lambda x: mvn_log_prob(x, mean, np.linalg.cholesky(cov + post_cov)),
-            "mean": mean,
-        }
-
-    return family, dense, jnp.asarray(dense), posterior
-
-
-def _nw_batch(w, dense, m0, kappa0, nu0, psi0):
-    """The batch Normal–Wishart posterior (Bishop 2006, Eqs. 10.60–10.63) from raw weighted
-    moments (fine in float64)."""
-    kappa, nu = kappa0 + w.sum(), nu0 + w.sum()
-    loc = (kappa0 * m0 + w @ dense) / kappa
-    scatter = np.einsum("n,ni,nj->ij", w, dense, dense)
-    psi = psi0 + scatter + kappa0 * np.outer(m0, m0) - kappa * np.outer(loc, loc)
-    return kappa, loc, nu, psi
-
-
-def _mvn_precision_logpdf(x, loc, precision):
-    """log N(x | loc, precision⁻¹) for a batch of precisions ``(S, D, D)`` (NumPy)."""
-    diff = x - loc
-    _, log_det = np.linalg.slogdet(precision)
-    quad = np.einsum("...i,...ij,...j->...", diff, precision, diff)
-    return 0.5 * (log_det - diff.shape[-1] * np.log(2 * np.pi) - quad)
-
-
-def _nw_theta_log_prob(kappa, loc, nu, psi):
-    def log_prob(theta):
-        prec = np.asarray(theta.precision)
-        wishart = stats.wishart(nu, np.linalg.inv(psi)).logpdf(np.moveaxis(prec, 0, -1))
-        return wishart + _mvn_precision_logpdf(np.asarray(theta.loc), loc, kappa * prec)
-
-    return log_prob
-
-
-def normal_wishart_case(dim=3):
-    m0, kappa0, nu0, w0 = RNG.normal(size=dim), 0.5, dim + 2.0, _spd(dim, 0.5)
-    dense = RNG.normal(size=(8, dim)) @ _spd(dim) + 2
-    prior = dist.Wishart(nu0, scale_matrix=w0)
-    family = fam.NormalWishart.from_prior(prior, loc=m0, kappa=kappa0)
-
-    def posterior(w):
-        kappa, loc, nu, psi = _nw_batch(w, dense, m0, kappa0, nu0, np.linalg.inv(w0))
-        df = nu - dim + 1
-        shape = (kappa + 1) / (kappa * df) * psi
-        return {
-            "theta": _nw_theta_log_prob(kappa, loc, nu, psi),
-            "lik": lambda th, x: _mvn_precision_logpdf(
-                x, np.asarray(th.loc), np.asarray(th.precision)
-            ),
-            "pred": lambda x: mvt_log_prob(x, df, loc, np.linalg.cholesky(shape)),
-            "mean": fam.MeanPrecision(loc, nu * np.linalg.inv(psi)),
-            "params": (kappa, loc, nu, psi),
-        }
-
-    return family, dense, jnp.asarray(dense), posterior
-
-
-def normal_gamma_case(dim=3):
-    m0, kappa0 = RNG.normal(size=dim), np.array([0.5, 1.0, 2.0])
-    a0, b0 = np.array([1.5, 2.0, 3.0]), np.array([1.0, 0.5, 2.0])
-    dense = RNG.normal(size=(8, dim)) * np.array([1.0, 2.0, 0.5]) - 1
-    prior = dist.Gamma(a0, b0).to_event(1)
-    family = fam.NormalGamma.from_prior(prior, loc=m0, kappa=kappa0)
-
-    def posterior(w):
-        kappa, a = kappa0 + w.sum(), a0 + w.sum() / 2
-        loc = (kappa0 * m0 + w @ dense) / kappa
-        b = b0 + 0.5 * (w @ dense**2 + kappa0 * m0**2 - kappa * loc**2)
-
-        def theta(th):
-            lam = dist.Gamma(a, b).log_prob(th.precision)
-            return (lam + dist.Normal(loc, (kappa * th.precision) ** -0.5).log_prob(th.loc)).sum()
-
-        scale = np.sqrt(b * (kappa + 1) / (a * kappa))
-        return {
-            "theta": per_draw(theta),
-            "lik": per_draw(
-                lambda th, x: dist.Normal(th.loc, th.precision**-0.5).log_prob(x).sum()
-            ),
-            "pred": lambda x: student_t_log_prob(x, 2 * a, loc, scale),
-            "mean": fam.MeanPrecision(loc, a / b),
-            "params": (kappa, loc, a, b),
-        }
-
-    return family, dense, jnp.asarray(dense), posterior
-
-
-def gamma_poisson_case():
-    a0, b0 = np.array([2.0, 0.5]), np.array([1.0, 3.0])
-    dense = RNG.poisson([3.0, 0.4], size=(9, 2))
-    family = fam.GammaPoisson.from_prior(dist.Gamma(a0, b0).to_event(1))
-
-    def posterior(w):
-        a, b = a0 + w @ dense, b0 + w.sum()
-        return {
-            "theta": per_draw(lambda th: dist.Gamma(a, b).log_prob(th).sum()),
-            "lik": per_draw(lambda th, x: dist.Poisson(th).log_prob(x).sum()),
-            "pred": lambda x: gamma_poisson_log_prob(x, a, b),
-            "mean": a / b,
-            "params": (a, b),
-        }
-
-    return family, dense, jnp.asarray(dense), posterior
-
-
-def beta_bernoulli_case():
-    a0, b0 = np.array([1.0, 0.5, 2.0, 3.0]), np.array([1.0, 2.0, 0.7, 1.0])
-    dense = (RNG.uniform(size=(9, 4)) < [0.2, 0.5, 0.7, 0.9]).astype(float)
-    family = fam.BetaBernoulli.from_prior(dist.Beta(a0, b0).to_event(1))
-
-    def posterior(w):
-        a, b = a0 + w @ dense, b0 + w @ (1 - dense)
-        return {
-            "theta": per_draw(lambda th: dist.Beta(a, b).log_prob(th).sum()),
-            "lik": per_draw(lambda th, x: dist.Bernoulli(probs=th).log_prob(x).sum()),
-            "pred": lambda x: beta_bernoulli_log_prob(x, a, b),
-            "mean": a / (a + b),
-            "params": (a, b),
-        }
-
-    return family, dense, jnp.asarray(dense), posterior
-
-
-CASES = {
-    "dirichlet_multinomial": dirichlet_case,
-    "normal_full": normal_case,
-    "normal_wishart": normal_wishart_case,
-    "normal_gamma": normal_gamma_case,
-    "gamma_poisson": gamma_poisson_case,
-    "beta_bernoulli": beta_bernoulli_case,
-}
-
-
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request):
     """A family with its observations, weights (one column per cluster; the last column
     integers, i.e. duplicated data), the compiled read-outs and the brute-force references of
     every cluster and of the prior."""
-    family, dense, obs, posterior = CASES[request.param]()
+    family, dense, obs, posterior = CASES[request.param](RNG)
     n = dense.shape[0]
     weights = RNG.uniform(size=(n, K))
     weights[:, 2] = np.round(weights[:, 2] * 3)
@@ -416,6 +187,55 @@ def test_stacked_clusters_equal_single_clusters(case):
     for batched, single in zip(out["batched"], out["singles"], strict=True):
         np.testing.assert_allclose(batched, single, rtol=1e-12)
     np.testing.assert_allclose(out["kl_self"], np.zeros(K), atol=1e-10)
+
+
+@jax.jit
+def normalizer_checks(family, stacked, stats, obs, split):
+    """The read-outs of the log-normaliser tests: ``log_predictive − [A(η + t(x)) − A(η)]`` of
+    one datum under each cluster and the prior; the chain-rule log evidence of the data with
+    0/1 weights ``split`` and ``1 − split`` and of all of them; the two posteriors and their
+    merge's log ratio."""
+    x, s = one(obs, 2), one(stats, 2)
+    params = jax.tree.map(lambda a, p: jnp.concatenate([a, p[None]]), stacked, family.prior)
+    log_h = family.log_predictive(params, x) - (
+        family.log_normalizer(family.update(params, s, 1.0)) - family.log_normalizer(params)
+    )
+
+    def evidence(weights):
+        def step(carry, item):
+            p, total = carry
+            s_n, x_n, w = item
+            total = total + w * family.log_predictive(p, x_n)
+            return (family.update(p, s_n, w), total), None
+
+        start = (family.prior, jnp.zeros((), family.dtype))
+        return lax.scan(step, start, (stats, obs, weights))[0]
+
+    (post_a, ev_a), (post_b, ev_b) = evidence(split), evidence(1 - split)
+    post_all, ev_all = evidence(jnp.ones_like(split))
+    return {
+        "log_h": log_h,
+        "merged": family.merge(post_a, post_b),
+        "all": post_all,
+        "ratio": family.log_merge_ratio(post_a, post_b),
+        "evidence_ratio": ev_all - ev_a - ev_b,
+    }
+
+
+def test_log_normalizer_and_merges(case):
+    """``A`` is the log-normaliser of the natural parameters: the predictive is
+    ``h(x) exp(A(η + t(x)) − A(η))`` with the same ``h(x)`` under every cluster and the prior; the
+    merge of the posteriors of two halves of the data is the posterior of all of it, and its log
+    ratio equals the chain-rule log evidence ``log p(D) − log p(D_a) − log p(D_b)`` (sums of the
+    predictives, themselves checked against NumPyro above)."""
+    n = case["dense"].shape[0]
+    split = (np.arange(n) % 3 == 0).astype(float)
+    got = normalizer_checks(
+        case["family"], case["out"]["stacked"], case["stats"], case["obs"], split
+    )
+    np.testing.assert_allclose(got["log_h"], got["log_h"][0], rtol=1e-10, atol=1e-10)
+    assert_tree_close(got["merged"], got["all"], rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(got["ratio"], got["evidence_ratio"], rtol=1e-9, atol=1e-9)
 
 
 def test_kl_matches_monte_carlo(case):
@@ -569,7 +389,7 @@ def test_dirichlet_multinomial_float32_keeps_digits_at_large_concentrations():
 )
 def test_normal_known_covariance_variants(prior_full, noise_full):
     """Diagonal and full prior or noise: predictive N(x; m, Σ + P⁻¹) and the mean of θ."""
-    family, dense, obs, posterior = normal_case(prior_full, noise_full)
+    family, dense, obs, posterior = normal_case(RNG, prior_full, noise_full)
     weights = RNG.uniform(size=len(dense))
     post = run_updates(family, family.prior, all_stats(family, obs), weights)
     ref = posterior(weights)

@@ -406,12 +406,112 @@ def test_ep_cavity_then_absorb_is_the_identity(ep_runs, corpus):
     np.testing.assert_allclose(cavity.counts + weights, adf.state.counts, rtol=1e-12)
 
 
+# ------------------------------------------------------------------ merges
+
+
+def hard_state(engine, docs, slots, capacity=8):
+    """An engine state whose slot ``slots[n]`` absorbed document ``n`` with weight one."""
+    family, rows = engine._family, engine.check_batch(docs)
+    weights = np.eye(capacity)[slots]
+    step = lambda p, item: (family.update(p, family.stats(item[0]), item[1]), None)  # noqa: E731
+    params = jax.jit(lambda r, w: jax.lax.scan(step, family.init_clusters(capacity), (r, w))[0])(
+        rows, jnp.asarray(weights)
+    )
+    counts = weights.sum(0)
+    log_empty = counts * np.log1p(-(1 - np.finfo(np.float64).eps))  # as the update clips r = 1
+    return engine.empty(capacity)._replace(
+        params=params,
+        counts=jnp.asarray(counts),
+        log_empty=jnp.asarray(log_empty),
+        active=jnp.asarray(counts > 0),
+        num_clusters=jnp.asarray(float((counts > 0).sum())),
+        num_seen=jnp.asarray(len(docs), jnp.int32),
+    )
+
+
+def test_merge_gain_is_the_collapsed_log_joint_ratio(corpus, dp_engine):
+    """σ = 0, two clusters of hard-assigned documents: the gain of merging them is the chain-rule
+    log evidence ratio of their documents (Dirichlet–multinomial predictives, written here) plus
+    the DP's log partition-probability ratio, read from NGGP(σ = 0).log_prob of the two
+    labellings."""
+    from numpyro_bnp.distributions import NGGP
+
+    docs, labels = corpus
+    chosen = np.concatenate([np.flatnonzero(labels == 0)[:10], np.flatnonzero(labels == 1)[:10]])
+    slots = np.repeat([0, 1], 10)
+    dp_engine.init(None, **DOCS, mass=2.0, sigma=0.0)
+    state = hard_state(dp_engine, docs[chosen], slots)
+    gain, partner = dp_engine._merge_gains(state)
+
+    def evidence(group):
+        lam, total = np.full(VOCAB, 0.5), 0.0
+        for x in group:
+            total += dirichlet_multinomial_logpmf(x, lam[None])[0]
+            lam = lam + x
+        return total
+
+    data_term = evidence(docs[chosen]) - evidence(docs[chosen[:10]]) - evidence(docs[chosen[10:]])
+    nggp = NGGP(2.0, 0.0, 1.0, num_points=20)
+    prior_term = nggp.log_prob(jnp.zeros(20, jnp.int32)) - nggp.log_prob(jnp.asarray(slots))
+    assert int(partner[0]) == 1 and int(partner[1]) == 0
+    np.testing.assert_allclose(gain[:2], data_term + prior_term, rtol=1e-9)
+    assert np.all(np.isneginf(gain[2:]))
+
+
+def test_merges_join_duplicates_and_keep_the_creation_order(corpus, ig_engine):
+    """A topic split over slots 0 and 1, two other topics in slots 2 and 3: one merge joins the
+    halves into the posterior of the whole topic, the other clusters move down one slot and a
+    fresh slot goes last; the soft counts add, ``ℓ`` adds and ``E[K]`` follows; no pair is
+    worth merging afterwards."""
+    docs, labels = corpus
+    slots = np.full(len(labels), -1)
+    slots[labels == 0] = np.arange(np.sum(labels == 0)) % 2  # one topic over slots 0 and 1
+    slots[labels == 1], slots[labels == 2] = 2, 3
+    keep = slots >= 0
+    ig_engine.init(None, **DOCS, mass=1.0, sigma=0.5)
+    state = hard_state(ig_engine, docs[keep], slots[keep])
+    merged = jax.jit(ig_engine.merge_clusters)(state)
+    want = hard_state(ig_engine, docs[keep], np.maximum(slots[keep] - 1, 0))
+    np.testing.assert_array_equal(merged.active, want.active)
+    np.testing.assert_allclose(merged.counts, want.counts, rtol=1e-12)
+    for a, b in zip(jax.tree.leaves(merged.params), jax.tree.leaves(want.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    ell = np.asarray(state.log_empty)
+    np.testing.assert_allclose(merged.log_empty[0], ell[0] + ell[1], rtol=1e-12)
+    np.testing.assert_allclose(
+        merged.num_clusters, 4 + np.expm1(ell[0]) + np.expm1(ell[1]) - np.expm1(ell[0] + ell[1])
+    )
+    assert float(jnp.max(ig_engine._merge_gains(merged)[0])) < 0
+
+
+def test_merges_remove_the_duplicates_of_a_stream():
+    """Bars topics and short documents: one ADF pass opens duplicate clusters of some bars;
+    with merges every 100 documents the stream ends with the ten bars, each document in its
+    bar's cluster (adjusted Rand index against the truth)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(0)
+    bars = np.concatenate([np.kron(np.eye(5), np.ones(5)), np.kron(np.ones(5), np.eye(5))])
+    topics = (bars + 0.02) / (bars + 0.02).sum(1, keepdims=True)
+    labels = rng.integers(10, size=1500)
+    docs = np.stack([rng.multinomial(8, topics[k]) for k in labels])
+    kwargs = dict(vocab_size=25, concentration=0.1, mass=1.0, sigma=0.5, progress_bar=False)
+    res = ADFNRM(models.nggp_multinomial_mixture, merge_every=100).run(None, docs, **kwargs)
+    assert np.sum(res.cluster_sizes > 20) == 10
+    hard = res.predict_proba(docs)[:, :-1].argmax(1)
+    assert adjusted_rand_score(labels, hard) > 0.98
+    assert np.any(np.diff(res.traces["num_instantiated"]) < 0)  # clusters were merged
+
+
 def test_options_are_validated():
     for kwargs, err in (
         (dict(u_estimate="mean"), ValueError),
         (dict(new_cluster_threshold=1.5), ValueError),
         (dict(max_clusters=0), ValueError),
         (dict(max_clusters=2.5), TypeError),
+        (dict(merge_every=0), ValueError),
+        (dict(merge_threshold=1.0), ValueError),
+        (dict(merge_every=10, merge_threshold=float("nan")), ValueError),
     ):
         with pytest.raises(err):
             ADFNRM(models.nggp_multinomial_mixture, **kwargs)

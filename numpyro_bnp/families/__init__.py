@@ -44,6 +44,12 @@ pure JAX function:
 ``family.interpolate(params, base, rho)``
     the member ∝ ``q(θ | params)^ρ q(θ | base)^(1−ρ)`` (natural parameters
     ``ρ η + (1 − ρ) η_base``): the power prior of streaming variational Bayes.
+``family.log_normalizer(params)``
+    ``A(η) = log ∫ exp(<η, T(θ)>) dθ``: the log marginal likelihood of the absorbed data is
+    ``A(params) − A(prior)`` plus their ``Σ w log h(x)``.
+``family.merge(params_a, params_b)`` / ``family.log_merge_ratio(params_a, params_b)``
+    the posterior of the data of two members (natural parameters ``η_a + η_b − η_0``), and
+    ``log p(D_a ∪ D_b) − log p(D_a) − log p(D_b)``: the data term of a merge move.
 ``family.sample(key, params)`` / ``family.mean(params)``
     one draw of θ per cluster, and the posterior mean of θ (same structure).
 

@@ -175,7 +175,33 @@ class ConjugateFamily(abc.ABC):
 
     @abc.abstractmethod
     def interpolate(self, params, base, rho):
-        """The member ∝ ``q(θ | params)^rho q(θ | base)^(1 - rho)``, ``rho ∈ [0, 1]``."""
+        """The member ∝ ``q(θ | params)^rho q(θ | base)^(1 - rho)``: natural parameters
+        ``rho η + (1 - rho) η_base``, for ``rho ∈ [0, 1]`` and for any other ``rho`` that gives a
+        valid member (:meth:`merge` uses ``rho = 2``)."""
+
+    @abc.abstractmethod
+    def log_normalizer(self, params):
+        """``A(η) = log ∫ exp(<η, T(θ)>) dθ``, the log-normaliser of ``q(θ | params)`` written
+        as an exponential family in its natural parameters ``η`` (one value per batch element).
+        The log marginal likelihood of the data a posterior has absorbed is
+        ``A(params) − A(prior)`` plus their ``Σ w log h(x)``."""
+
+    def merge(self, params_a, params_b):
+        """The member ∝ ``q(θ | params_a) q(θ | params_b) / H_0(θ)`` (natural parameters
+        ``η_a + η_b − η_0``): the posterior of the data of both, each absorbed once."""
+        middle = self.interpolate(params_a, params_b, 0.5)
+        return self.interpolate(middle, self.prior, 2.0)
+
+    def log_merge_ratio(self, params_a, params_b):
+        """``log p(D_a ∪ D_b) − log p(D_a) − log p(D_b)``: how much more probable the data of two
+        posteriors are under one component than under two (their ``h(x)`` cancel):
+        ``A(merge) − A(a) − A(b) + A(prior)``. Positive when one component explains both."""
+        return (
+            self.log_normalizer(self.merge(params_a, params_b))
+            - self.log_normalizer(params_a)
+            - self.log_normalizer(params_b)
+            + self.log_normalizer(self.prior)
+        )
 
     @abc.abstractmethod
     def sample(self, key, params):

@@ -221,6 +221,10 @@ class DirichletMultinomial(ConjugateFamily):
         conc = r[..., None] * params.concentration + (1 - r[..., None]) * base.concentration
         return DirichletParams(conc, r * params.total + (1 - r) * base.total)
 
+    def log_normalizer(self, params):
+        """``Σ_v log Γ(λ_v) − log Γ(Λ)`` (O(V))."""
+        return gammaln(params.concentration).sum(-1) - gammaln(params.total)
+
     def sample(self, key, params):
         """Word probabilities θ ``(..., V)``."""
         return random.dirichlet(key, params.concentration, dtype=self.dtype)
@@ -292,6 +296,11 @@ class GammaPoisson(ConjugateFamily):
     def interpolate(self, params, base, rho):
         """(a, b) = ρ (a, b)_params + (1 − ρ) (a, b)_base."""
         return _mix(params, base, rho, self.dtype, self._ndim())
+
+    def log_normalizer(self, params):
+        """``Σ log Γ(a) − a log b`` over the event."""
+        a, b = params.concentration, params.rate
+        return _event_sum(gammaln(a) - a * jnp.log(b), self._ndim())
 
     def sample(self, key, params):
         """Rates θ (the batch and event shape)."""
@@ -368,6 +377,11 @@ class BetaBernoulli(ConjugateFamily):
     def interpolate(self, params, base, rho):
         """(a, b) = ρ (a, b)_params + (1 − ρ) (a, b)_base."""
         return _mix(params, base, rho, self.dtype, self._ndim())
+
+    def log_normalizer(self, params):
+        """``Σ log B(a, b)`` over the event."""
+        a, b = params.concentration1, params.concentration0
+        return _event_sum(gammaln(a) + gammaln(b) - gammaln(a + b), self._ndim())
 
     def sample(self, key, params):
         """Probabilities θ (the batch and event shape): the first coordinate of a

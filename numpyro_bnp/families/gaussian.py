@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 from jax.scipy.linalg import solve_triangular
-from jax.scipy.special import digamma, multigammaln
+from jax.scipy.special import digamma, gammaln, multigammaln
 from numpyro import distributions as dist
 from numpyro.distributions.util import cholesky_of_inverse
 
@@ -214,6 +214,11 @@ class NormalNormal(ConjugateFamily):
         a, b = r * params.precision, (1 - r) * base.precision
         return NormalParams((a * params.loc + b * base.loc) / (a + b), a + b)
 
+    def log_normalizer(self, params):
+        """``Σ_d ½ (P m² + log 2π − log P)`` in the family's coordinates."""
+        p = params.precision
+        return 0.5 * (p * params.loc**2 + _LOG_2PI - jnp.log(p)).sum(-1)
+
     def sample(self, key, params):
         """θ ``(..., D)`` in the data's coordinates."""
         noise = random.normal(key, jnp.shape(params.loc), self.dtype)
@@ -388,6 +393,16 @@ class NormalWishart(ConjugateFamily):
         fn = jnp.vectorize(_nw_interpolate, signature=f"{_NW},{_NW},()->{_NW}")
         return NormalWishartParams(*fn(*params, *base, jnp.asarray(rho, self.dtype)))
 
+    def log_normalizer(self, params):
+        """``(D/2) log(2π/κ) + (νD/2) log 2 − (ν/2) log|Ψ| + log Γ_D(ν/2)``."""
+        dim = params.loc.shape[-1]
+        nu = params.dof
+        return (
+            0.5 * dim * (_LOG_2PI - jnp.log(params.kappa) + nu * np.log(2.0))
+            - 0.5 * nu * _log_det(params.scale_tril)
+            + multigammaln(nu / 2, dim)
+        )
+
     def sample(self, key, params):
         """θ = :class:`MeanPrecision` (μ ``(..., D)``, Λ ``(..., D, D)``), by Bartlett's
         decomposition of the Wishart."""
@@ -506,6 +521,11 @@ class NormalGamma(ConjugateFamily):
         )
         conc = r * params.concentration + (1 - r) * base.concentration
         return NormalGammaParams(kappa, (a * params.loc + b * base.loc) / kappa, conc, rate)
+
+    def log_normalizer(self, params):
+        """``Σ_d log Γ(a) − a log b + ½ log(2π/κ)``."""
+        a, b = params.concentration, params.rate
+        return (gammaln(a) - a * jnp.log(b) + 0.5 * (_LOG_2PI - jnp.log(params.kappa))).sum(-1)
 
     def sample(self, key, params):
         """θ = :class:`MeanPrecision` (μ, λ), both ``(..., D)``."""

@@ -39,9 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import random
-from jax.scipy.special import logsumexp
+from jax.scipy.special import gammaln, logsumexp
 
 from numpyro_bnp._checks import (
+    finite_float,
     finite_in_dtype,
     floating_dtype,
     model_function,
@@ -114,6 +115,11 @@ class ADFNRM(ModelEngine):
         weight ``E[n] - σ`` would be negative). ``None``: ``max(σ, 0.01)``.
     :param str u_estimate: ``"log_mode"`` (default) or ``"mode"``: the mode of ``q(log U)`` or of
         ``q(U)`` as the plug-in ``Û`` (see :func:`numpyro_bnp._math.nggp_log_new_weight`).
+    :param int merge_every: every ``merge_every`` observations, merge pairs of clusters while a
+        merge raises the collapsed objective by more than ``merge_threshold`` (see
+        :meth:`merge_clusters`); ``None`` (default): no merges.
+    :param float merge_threshold: the least gain, in nats, of a merge (default 0 with
+        ``merge_every``); larger is more conservative.
     :param int max_clusters: fix the number of cluster slots (the run warns if a new cluster
         finds none free); ``None`` starts from 16 and doubles when needed.
     :param dtype: floating dtype of the state; default ``jnp.result_type(float)`` (float32
@@ -141,7 +147,15 @@ class ADFNRM(ModelEngine):
     or two: the NGGP (σ = ½) expects many small clusters.
     """
 
-    fixed_options = ("model", "new_cluster_threshold", "u_estimate", "max_clusters", "dtype")
+    fixed_options = (
+        "model",
+        "new_cluster_threshold",
+        "u_estimate",
+        "merge_every",
+        "merge_threshold",
+        "max_clusters",
+        "dtype",
+    )
     # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine)
     state_type = NRMState
     progress_key = "num_clusters"
@@ -154,6 +168,8 @@ class ADFNRM(ModelEngine):
         *,
         new_cluster_threshold=None,
         u_estimate="log_mode",
+        merge_every=None,
+        merge_threshold=None,
         max_clusters=None,
         dtype=None,
     ):
@@ -162,9 +178,22 @@ class ADFNRM(ModelEngine):
             new_cluster_threshold = unit_interval(new_cluster_threshold, "new_cluster_threshold")
         if u_estimate not in _U_ESTIMATES:
             raise ValueError(f"u_estimate must be 'log_mode' or 'mode', got {u_estimate!r}")
+        if merge_every is not None:
+            merge_every = positive_int(merge_every, "merge_every")
+        if merge_threshold is not None:
+            if merge_every is None:
+                raise ValueError(
+                    "merge_threshold is the least gain of a merge: it needs merge_every (how "
+                    "often merges are tried)"
+                )
+            merge_threshold = finite_float(merge_threshold, "merge_threshold")
+        elif merge_every is not None:
+            merge_threshold = 0.0
         if max_clusters is not None:
             max_clusters = positive_int(max_clusters, "max_clusters")
         self.model = model
+        self.merge_every = merge_every
+        self.merge_threshold = merge_threshold
         self.new_cluster_threshold = new_cluster_threshold
         self.u_estimate = u_estimate
         self.max_clusters = max_clusters
@@ -178,6 +207,8 @@ class ADFNRM(ModelEngine):
         return {
             "new_cluster_threshold": self.new_cluster_threshold,
             "u_estimate": self.u_estimate,
+            "merge_every": self.merge_every,
+            "merge_threshold": self.merge_threshold,
             "max_clusters": self.max_clusters,
             "dtype": np.dtype(self.dtype).name,
         }
@@ -377,7 +408,117 @@ class ADFNRM(ModelEngine):
         """
         self._require_init()
         new, info, _ = self._absorb(state, obs)
+        if self.merge_every is not None:
+            due = new.num_seen % self.merge_every == 0
+            new = jax.lax.cond(due, self.merge_clusters, lambda s: s, new)
+            num_instantiated = jnp.sum(new.active).astype(jnp.int32)
+            info = info._replace(num_clusters=new.num_clusters, num_instantiated=num_instantiated)
         return new, info
+
+    def _merge_gains(self, state):
+        """``(K,)`` the gain of merging each instantiated cluster with its candidate partner,
+        and ``(K,)`` the partners (the cluster whose posterior mean is nearest): the family's
+        :meth:`~numpyro_bnp.families.ConjugateFamily.log_merge_ratio` plus the change of the
+        NGGP's log partition probability given ``Û`` (``-inf`` where there is no pair)."""
+        family, sigma = self._family, self._sigma
+        num = state.counts.shape[0]
+        means = jax.tree.leaves(family.mean(state.params))
+        flat = jnp.concatenate([m.reshape(num, -1) for m in means], axis=1)
+        sq = jnp.sum(flat**2, axis=1)
+        dist2 = sq[:, None] + sq[None, :] - 2 * flat @ flat.T
+        pair = state.active[:, None] & state.active[None, :] & ~jnp.eye(num, dtype=bool)
+        partner = jnp.argmin(jnp.where(pair, dist2, jnp.inf), axis=1)
+        other = jax.tree.map(lambda a: a[partner], state.params)
+        m = jnp.maximum(state.num_seen, 1).astype(self.dtype)
+        log_new, _ = nggp_log_new_weight(
+            m, state.num_clusters, self._mass, sigma, self._tau, mode=_U_ESTIMATES[self.u_estimate]
+        )
+        n_a, n_b = state.counts, state.counts[partner]
+        tiny = jnp.finfo(self.dtype).tiny
+        log_prior = (
+            gammaln(n_a + n_b - sigma)
+            - gammaln(jnp.maximum(n_a - sigma, tiny))
+            - gammaln(jnp.maximum(n_b - sigma, tiny))
+            + gammaln(1 - sigma)
+            - log_new
+        )
+        gain = family.log_merge_ratio(state.params, other) + log_prior
+        return jnp.where(pair.any(axis=1), gain, -jnp.inf), partner
+
+    def merge_clusters(self, state):
+        r"""Merge pairs of instantiated clusters while a merge gains more than
+        ``merge_threshold`` (0 when the engine was built without one): pure and jittable;
+        :meth:`update` calls it every ``merge_every`` observations.
+
+        The candidate partner of each cluster is the one whose posterior mean is nearest; the
+        gain of merging clusters ``a`` and ``b`` is the change of the collapsed log joint of the
+        data they absorbed and of the partition, given the plug-in ``Û``:
+
+        .. math::
+            \lograc{p(D_a \cup D_b)}{p(D_a)\,p(D_b)}
+            + \lograc{Γ(n_a + n_b - σ)\,Γ(1 - σ)}{Γ(n_a - σ)\,Γ(n_b - σ)}
+            - \log a (\hat U + τ)^σ
+
+        (the first term by the family's log-normaliser with the soft statistics; the second is
+        the NGGP's exchangeable partition probability given ``U``, whose factor
+        ``(U + τ)^{-n}`` does not change). The best pair is merged (``η_a + η_b - η_0``,
+        ``E[n] = E[n_a] + E[n_b]``, ``ℓ = ℓ_a + ℓ_b`` and ``E[K]`` updated), the later slot freed
+        and the clusters after it moved down one slot (creation order kept), and the gains are
+        recomputed. The paper merges "as in Lin (2013)" with an unreported similarity
+        (``docs/nrm.md``); this rule is Bayesian model comparison, as in memoized variational
+        merge moves (Hughes & Sudderth 2013). Cost per round: ``O(K^2)`` distances of the means
+        and ``O(K)`` family merges.
+        """
+        self._require_init()
+        family = self._family
+        threshold = 0.0 if self.merge_threshold is None else self.merge_threshold
+        num = state.counts.shape[0]
+        index = jnp.arange(num)
+        fresh = self.empty(1)
+
+        def merge_best(carry):
+            state, _, rounds = carry
+            gain, partner = self._merge_gains(state)
+            best = jnp.argmax(gain)
+            found = gain[best] > threshold
+            keep, drop = jnp.minimum(best, partner[best]), jnp.maximum(best, partner[best])
+            pick = lambda tree, k: jax.tree.map(lambda a: a[k], tree)  # noqa: E731
+            merged = family.merge(pick(state.params, keep), pick(state.params, drop))
+            log_empty = state.log_empty[keep] + state.log_empty[drop]
+            occupied = lambda le: -jnp.expm1(le)  # noqa: E731
+            num_clusters = (
+                state.num_clusters
+                - occupied(state.log_empty[keep])
+                - occupied(state.log_empty[drop])
+                + occupied(log_empty)
+            )
+            joined = NRMState(
+                params=jax.tree.map(lambda a, v: a.at[keep].set(v), state.params, merged),
+                counts=state.counts.at[keep].add(state.counts[drop]),
+                log_empty=state.log_empty.at[keep].set(log_empty),
+                active=state.active,
+                num_clusters=num_clusters,
+                num_seen=state.num_seen,
+                overflow=state.overflow,
+            )
+            # free the slot ``drop``: the later clusters move down one, a fresh slot goes last
+            source = jnp.minimum(jnp.where(index < drop, index, index + 1), num - 1)
+            last = index == num - 1
+            shifted = jax.tree.map(
+                lambda a, f: jnp.where(last.reshape((num,) + (1,) * (a.ndim - 1)), f, a[source]),
+                tuple(joined[:4]),
+                tuple(fresh[:4]),
+            )
+            joined = joined._replace(**dict(zip(NRMState._fields[:4], shifted, strict=True)))
+            state = jax.tree.map(lambda a, b: jnp.where(found, a, b), joined, state)
+            return state, found, rounds + 1
+
+        def again(carry):
+            _, found, rounds = carry
+            return found & (rounds < num)
+
+        state, _, _ = jax.lax.while_loop(again, merge_best, (state, jnp.array(True), 0))
+        return state
 
     def _absorb(self, state, obs, previous=None, damping=1.0):
         """``(state, info, weights)``: ``obs`` absorbed with its responsibilities ``weights``

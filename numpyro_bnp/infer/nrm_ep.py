@@ -42,7 +42,13 @@ class EPNRM(ADFNRM):
     training data) and ``max_change``.
     """
 
-    fixed_options = (*ADFNRM.fixed_options, "num_passes", "tol", "damping")
+    # merges are ADF's; EP removes the clusters whose soft count falls below ε instead
+    fixed_options = (
+        *(name for name in ADFNRM.fixed_options if not name.startswith("merge_")),
+        "num_passes",
+        "tol",
+        "damping",
+    )
 
     def __init__(
         self,
@@ -74,8 +80,9 @@ class EPNRM(ADFNRM):
     @property
     def options(self):
         """The engine's options as JSON-storable values (recorded in checkpoints)."""
+        adf = {k: v for k, v in super().options.items() if not k.startswith("merge_")}
         return {
-            **super().options,
+            **adf,
             "num_passes": self.num_passes,
             "tol": self.tol,
             "damping": self.damping,
