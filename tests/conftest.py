@@ -4,7 +4,16 @@ Exactness checks run in float64: x64 is switched on for the whole suite. Tests o
 default use ``jax.enable_x64(False)`` locally.
 """
 
+import os
 import pathlib
+
+# XLA compiles the suite's programs at optimisation level 0 (set before JAX starts its backend,
+# inherited by the tests' subprocesses): compilation dominates the suite and takes about a quarter
+# less time. The programs compute the same values: XLA's CPU backend uses no fast-math at any
+# level. Users' programs keep XLA's default.
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]
+).strip()
 
 import jax
 import pytest

@@ -13,8 +13,9 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 from jax import lax, random
-from jax.scipy.special import gammainc, gammaln
+from jax.scipy.special import gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
@@ -81,13 +82,14 @@ def ibp_capacity(alpha, beta=1.0, *, num_rows, tail_prob=1e-6):
     alpha, beta = np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64)
     with jax.ensure_compile_time_eval(), jax.enable_x64(True):
         rate = float(jnp.max(alpha * generalized_harmonic(beta, num_rows)))
-        upper = int(rate + 12 * np.sqrt(rate) + 60)
-        while True:
-            # P(Poisson(rate) > K) = P(Poisson(rate) >= K + 1) = gammainc(K + 1, rate)
-            tail = gammainc(jnp.arange(1, upper + 1, dtype=jnp.float64), rate)
-            if bool(jnp.any(tail <= tail_prob)):
-                return max(int(jnp.argmax(tail <= tail_prob)), 1)
-            upper *= 2
+    # on the host (SciPy): a jnp tail of a new length would be a new compilation at every call
+    upper = int(rate + 12 * np.sqrt(rate) + 60)
+    while True:
+        # P(Poisson(rate) > K) = P(Poisson(rate) >= K + 1) = gammainc(K + 1, rate)
+        tail = scipy.special.gammainc(np.arange(1, upper + 1, dtype=np.float64), rate)
+        if np.any(tail <= tail_prob):
+            return max(int(np.argmax(tail <= tail_prob)), 1)
+        upper *= 2
 
 
 class RecursiveIBP(Distribution):

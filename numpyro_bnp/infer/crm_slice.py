@@ -54,6 +54,7 @@ import copy
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
@@ -296,7 +297,8 @@ class CRMSlice(FixedOptions, MCMCKernel):
         self._read(model_args, model_kwargs)
         self._batched = chains_batched(rng_key, "CRMSlice")
         self._sample_fn = over_chains(self._sample_one, self._batched)
-        return over_chains(self._init_one, self._batched)(rng_key)
+        # one compiled program: run eagerly, the first state costs a compilation per operation
+        return jax.jit(over_chains(self._init_one, self._batched))(rng_key)
 
     def sample(self, state, model_args, model_kwargs):
         if self._sample_fn is None:

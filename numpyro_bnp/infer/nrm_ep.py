@@ -42,13 +42,7 @@ class EPNRM(ADFNRM):
     training data) and ``max_change``.
     """
 
-    # merges are ADF's; EP removes the clusters whose soft count falls below ε instead
-    fixed_options = (
-        *(name for name in ADFNRM.fixed_options if not name.startswith("merge_")),
-        "num_passes",
-        "tol",
-        "damping",
-    )
+    fixed_options = (*ADFNRM.fixed_options, "num_passes", "tol", "damping")
 
     def __init__(
         self,
@@ -80,6 +74,8 @@ class EPNRM(ADFNRM):
     @property
     def options(self):
         """The engine's options as JSON-storable values (recorded in checkpoints)."""
+        # merges are ADF's (always off here): EP removes the clusters whose soft count falls
+        # below ε instead
         adf = {k: v for k, v in super().options.items() if not k.startswith("merge_")}
         return {
             **adf,
