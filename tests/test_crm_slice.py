@@ -238,6 +238,24 @@ def _expected_used_after(log_nu, h0, upper, scale=1.0):
     return integrate.quad(f, 0.0, upper, limit=200, epsabs=1e-13, epsrel=1e-11)[0]
 
 
+def _model_densities(model, args, kwargs, values, condition_theta):
+    """``numpyro.infer.util.log_density`` of the model at ``values`` (with ``θ`` conditioned on,
+    not scored, when ``condition_theta``: ``log p(X, ψ, y | θ)``) and the log-likelihood of the
+    observed site, as one compiled program (run eagerly, each is hundreds of compilations)."""
+    from numpyro.infer.util import log_density
+
+    def densities(values):
+        values, fn = dict(values), model
+        if condition_theta:
+            given = numpyro.handlers.substitute(model, {"theta": values.pop("theta")})
+            fn = numpyro.handlers.block(given, hide=["theta"])
+        model_lp, trace = log_density(fn, args, kwargs, values)
+        obs = trace["obs"]
+        return model_lp, obs["fn"].log_prob(obs["value"]).sum()
+
+    return jax.jit(densities)(values)
+
+
 @pytest.mark.parametrize(
     "name, representation",
     [
@@ -255,8 +273,6 @@ def test_log_joint_is_the_models_log_density_at_the_state(name, representation):
     the model's ``K`` largest (``Γ_k = N(θ_k)``), the model's own density of ``θ`` minus the
     Jacobian ``Σ_k log ν(θ_k)``; minus ``Λ``, SciPy's quadrature.
     """
-    from numpyro.infer.util import log_density
-
     model, kwargs, log_nu, h0 = LJ_MODELS[name]
     kwargs = dict(num_obs=4, dim=2, **kwargs)
     kernel = CRMSlice(model, representation=representation, xi_scale=2.0, max_features=16)
@@ -282,22 +298,20 @@ def test_log_joint_is_the_models_log_density_at_the_state(name, representation):
             "psi": state.z["psi"][:k],
         }
         theta, last = np.asarray(values["theta"]), float(state.arrivals[k - 1])
-        if representation == "inverse_levy":
-            model_lp, trace = log_density(model, args, dict(kwargs, max_features=k), values)
+        bondesson = representation != "inverse_levy"
+        model_lp, log_lik = _model_densities(
+            model, args, dict(kwargs, max_features=k), values, condition_theta=bondesson
+        )
+        if not bondesson:
             atoms = float(model_lp) - np.sum(log_nu(theta))
             upper, scale = theta[-1], 1.0
         else:  # Bondesson atoms are not in order: the model's density of θ does not apply
-            given = numpyro.handlers.substitute(model, {"theta": values.pop("theta")})
-            others = numpyro.handlers.block(given, hide=["theta"])  # log p(X, ψ, y | θ)
-            model_lp, trace = log_density(others, args, dict(kwargs, max_features=k), values)
             atoms = float(model_lp) - last  # -Γ_K: the atoms in the sampler's coordinates
             upper = top
             scale = np.exp(-last / (1.5 * 2.0))  # ρ = e^{-Γ_K/c}, Bondesson's c = γλ
         lam = _expected_used_after(log_nu, h0, upper, scale)
         np.testing.assert_allclose(float(state.log_joint), atoms - lam, rtol=1e-9)
-        obs = trace["obs"]
-        log_lik = float(obs["fn"].log_prob(obs["value"]).sum())
-        np.testing.assert_allclose(float(state.log_likelihood), log_lik, rtol=1e-9)
+        np.testing.assert_allclose(float(state.log_likelihood), float(log_lik), rtol=1e-9)
     assert len(checked) > 1  # several numbers of atoms
 
 

@@ -455,8 +455,8 @@ class ADFNRM(ModelEngine):
         data they absorbed and of the partition, given the plug-in ``Û``:
 
         .. math::
-            \lograc{p(D_a \cup D_b)}{p(D_a)\,p(D_b)}
-            + \lograc{Γ(n_a + n_b - σ)\,Γ(1 - σ)}{Γ(n_a - σ)\,Γ(n_b - σ)}
+            \log\frac{p(D_a \cup D_b)}{p(D_a)\,p(D_b)}
+            + \log\frac{Γ(n_a + n_b - σ)\,Γ(1 - σ)}{Γ(n_a - σ)\,Γ(n_b - σ)}
             - \log a (\hat U + τ)^σ
 
         (the first term by the family's log-normaliser with the soft statistics; the second is
