@@ -429,10 +429,7 @@ class ADFNRM(ModelEngine):
         pair = state.active[:, None] & state.active[None, :] & ~jnp.eye(num, dtype=bool)
         partner = jnp.argmin(jnp.where(pair, dist2, jnp.inf), axis=1)
         other = jax.tree.map(lambda a: a[partner], state.params)
-        m = jnp.maximum(state.num_seen, 1).astype(self.dtype)
-        log_new, _ = nggp_log_new_weight(
-            m, state.num_clusters, self._mass, sigma, self._tau, mode=_U_ESTIMATES[self.u_estimate]
-        )
+        log_new = self._log_prior_weights(state)[0][-1]  # log a (Û + τ)^σ
         n_a, n_b = state.counts, state.counts[partner]
         tiny = jnp.finfo(self.dtype).tiny
         log_prior = (
