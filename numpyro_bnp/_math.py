@@ -57,6 +57,7 @@ def bernoulli_kl(b, q):
     return xlogy(b, b) - xlogy(b, q) + xlogy(1 - b, 1 - b) - xlogy(1 - b, 1 - q)
 
 
+@jax.jit
 def generalized_harmonic(beta, n):
     r"""The generalized harmonic number :math:`H^\beta_n = \sum_{i=1}^{n} \beta/(\beta+i-1)`.
 
@@ -73,6 +74,7 @@ def generalized_harmonic(beta, n):
     return beta * (digamma(beta + n) - digamma(beta))
 
 
+@functools.partial(jax.jit, static_argnames="num_events")  # one compiled program, not ~40 ops
 def poisson_interval_probs(rate_lo, rate_hi, num_events):
     r"""``P(N(rate_lo) < k <= N(rate_hi))`` for ``k = 1..num_events``, where ``N(t) ~ Poisson(t)``.
 
@@ -635,6 +637,7 @@ def poisson_binomial_add_atom(log_pmf, log_p, log_q):
     return jnp.logaddexp(log_pmf + log_q[..., None], shifted + log_p[..., None])
 
 
+@functools.partial(jax.jit, static_argnames=("max_count", "prefixes"))
 def poisson_binomial_log_pmf(probs, max_count, *, prefixes=False):
     r"""Log pmf of the Poisson-binomial count ``S = Σ_i z_i``, ``z_i ~ Bernoulli(probs[..., i])``.
 

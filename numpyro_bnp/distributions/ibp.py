@@ -8,6 +8,7 @@ References:
   Models*, ICML 2022 (the R-IBP recursion, Eq. 4, and the filtering prior, Eq. 5).
 """
 
+import functools
 import warnings
 
 import jax
@@ -39,7 +40,9 @@ class _BuffetMatrix(constraints.ParameterFreeConstraint):
     is_discrete = True
     event_dim = 2
 
-    def __call__(self, x):
+    @staticmethod
+    @jax.jit  # one compiled program per shape, not one per operation
+    def __call__(x):
         x = jnp.asarray(x)
         binary = jnp.all((x == 0) | (x == 1), axis=(-2, -1))
         active = jnp.any(x != 0, axis=-2)
@@ -189,15 +192,11 @@ class RecursiveIBP(Distribution):
 
     def _sample(self, key, sample_shape):
         shape = tuple(sample_shape) + self.batch_shape
-        size = int(np.prod(shape))
-        alpha = jnp.broadcast_to(self.alpha, shape).reshape(size)
-        beta = jnp.broadcast_to(self.beta, shape).reshape(size)
-        z, overflow = jax.vmap(self._buffet)(random.split(key, size), alpha, beta)
-        z, overflow = z.reshape(shape + self.event_shape), overflow.reshape(shape)
+        z, overflow = _draw_buffets(self, key, shape)
         if not isinstance(overflow, jax.core.Tracer) and bool(jnp.any(overflow)):
             warnings.warn(
-                f"RecursiveIBP: {int(jnp.sum(overflow))} of {size} draws needed more than "
-                f"max_features={self.max_features} dishes and were truncated; "
+                f"RecursiveIBP: {int(jnp.sum(overflow))} of {overflow.size} draws needed more "
+                f"than max_features={self.max_features} dishes and were truncated; "
                 "choose a larger capacity (see numpyro_bnp.distributions.ibp_capacity).",
                 RuntimeWarning,
                 stacklevel=3,
@@ -228,24 +227,7 @@ class RecursiveIBP(Distribution):
         ``batch_shape``; a value whose last two axes are not ``(num_rows, max_features)`` is a
         ``ValueError`` (the pmf of an ``N``-row buffet is not defined for other matrices).
         """
-        value = event_shaped(value, self.event_shape)
-        num_rows = self.num_rows
-        dtype = jnp.result_type(self.alpha)
-        x = value.astype(dtype)
-        m = x.sum(-2)
-        active = m > 0
-        first_row = jnp.argmax(value != 0, axis=-2)
-        created = (first_row[..., None, :] == jnp.arange(num_rows)[:, None]) & active[..., None, :]
-        new_dishes = created.sum(-1).astype(dtype)  # K_1^{(i)}, shape (..., N)
-        beta = self.beta[..., None]
-        per_column = gammaln(m) + gammaln(num_rows - m + beta) - gammaln(num_rows + beta)
-        lp = (
-            active.sum(-1) * jnp.log(self.alpha * self.beta)
-            - gammaln(new_dishes + 1.0).sum(-1)
-            - self.alpha * generalized_harmonic(self.beta, num_rows)
-            + jnp.where(active, per_column, 0.0).sum(-1)
-        )
-        return jnp.where(self.support(value), lp, -jnp.inf)
+        return _buffet_log_pmf(self, event_shaped(value, self.event_shape))
 
     # ------------------------------------------------------------------ R-IBP quantities
     def _dish_creation_probs(self):
@@ -346,3 +328,39 @@ class RecursiveIBP(Distribution):
         """
         truncation = self.max_features if truncation is None else truncation
         return BetaProcess(self.alpha, self.beta, truncation=truncation)
+
+
+# Module-level compiled cores of RecursiveIBP's methods: the distribution is a pytree (its static
+# sizes are aux data), so each runs as one compiled program per shape when called eagerly, instead
+# of operation by operation.
+@functools.partial(jax.jit, static_argnums=2)
+def _draw_buffets(ibp, key, shape):
+    """``shape + (N, K)`` buffet draws of ``ibp`` (``shape`` ends with its batch shape) and their
+    overflow flags ``shape``."""
+    size = int(np.prod(shape))
+    alpha = jnp.broadcast_to(ibp.alpha, shape).reshape(size)
+    beta = jnp.broadcast_to(ibp.beta, shape).reshape(size)
+    z, overflow = jax.vmap(ibp._buffet)(random.split(key, size), alpha, beta)
+    return z.reshape(shape + ibp.event_shape), overflow.reshape(shape)
+
+
+@jax.jit
+def _buffet_log_pmf(ibp, value):
+    """:meth:`RecursiveIBP.log_prob` of a ``(..., N, K)`` value."""
+    num_rows = ibp.num_rows
+    dtype = jnp.result_type(ibp.alpha)
+    x = value.astype(dtype)
+    m = x.sum(-2)
+    active = m > 0
+    first_row = jnp.argmax(value != 0, axis=-2)
+    created = (first_row[..., None, :] == jnp.arange(num_rows)[:, None]) & active[..., None, :]
+    new_dishes = created.sum(-1).astype(dtype)  # K_1^{(i)}, shape (..., N)
+    beta = ibp.beta[..., None]
+    per_column = gammaln(m) + gammaln(num_rows - m + beta) - gammaln(num_rows + beta)
+    lp = (
+        active.sum(-1) * jnp.log(ibp.alpha * ibp.beta)
+        - gammaln(new_dishes + 1.0).sum(-1)
+        - ibp.alpha * generalized_harmonic(ibp.beta, num_rows)
+        + jnp.where(active, per_column, 0.0).sum(-1)
+    )
+    return jnp.where(ibp.support(value), lp, -jnp.inf)

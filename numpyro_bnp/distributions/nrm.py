@@ -48,7 +48,9 @@ class _CanonicalPartition(constraints.ParameterFreeConstraint):
     is_discrete = True
     event_dim = 1
 
-    def __call__(self, x):
+    @staticmethod
+    @jax.jit  # one compiled program per shape, not one per operation
+    def __call__(x):
         x = jnp.asarray(x)
         integer = jnp.all(x == jnp.floor(x), axis=-1)
         previous_max = lax.cummax(x, axis=x.ndim - 1)
@@ -64,6 +66,7 @@ class _CanonicalPartition(constraints.ParameterFreeConstraint):
 canonical_partition = _CanonicalPartition()
 
 
+@jax.jit
 def cluster_sizes(labels):
     """Block sizes ``n_k`` of canonical label vectors: ``(..., n)`` → ``(..., n)`` (zero-padded).
 
@@ -76,6 +79,7 @@ def cluster_sizes(labels):
     return sizes.reshape(labels.shape)
 
 
+@jax.jit
 def num_clusters(labels):
     """Number of blocks ``K`` of canonical label vectors ``(..., n)`` → ``(...)``."""
     return jnp.max(jnp.asarray(labels), axis=-1) + 1

@@ -160,6 +160,7 @@ def _check_count_dist(count_dist, max_count, what):
             )
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))  # one compiled program per count law and size
 def _count_log_pmf(count_dist, max_count, batch_shape, dtype):
     """``log f(J)`` for ``J = 0..max_count``, renormalised on that range: ``batch_shape + (M+1,)``.
 
@@ -190,7 +191,9 @@ class _LeftOrderedMatrix(constraints.ParameterFreeConstraint):
     is_discrete = True
     event_dim = 2
 
-    def __call__(self, x):
+    @staticmethod
+    @jax.jit  # one compiled program per shape, not one per operation
+    def __call__(x):
         x = jnp.asarray(x)
         binary = jnp.all((x == 0) | (x == 1), axis=(-2, -1))
         left, right = x[..., :-1], x[..., 1:]
