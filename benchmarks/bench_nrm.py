@@ -188,7 +188,7 @@ def run_adf_gaussian(train, sigma, hyper, prior, seed=0):
 
 
 # cluster variance relative to the data's, per dimension, tried by gaussian_prior
-PRIOR_VARIANCE_SCALES = (1.0, 0.3, 0.1, 0.03)
+PRIOR_VARIANCE_SCALES = (1.0, 0.3, 0.1, 0.03, 0.01)
 
 
 def gaussian_prior(train, sigma, hyper):
