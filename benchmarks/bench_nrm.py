@@ -176,14 +176,20 @@ def gaussian_model():
     return None
 
 
-def run_adf_gaussian(train, sigma, hyper, prior, seed=0):
-    """``ADFNRM``, Gaussian components with the Normal–Gamma ``prior`` (keyword arguments of the
-    model), on ``train`` ((N, D) float): ``(result, s, cold s)``."""
+def _gaussian_engine(train, sigma, hyper, prior):
+    """``ADFNRM`` on the library's Gaussian mixture and its keyword arguments for ``train``."""
     from numpyro_bnp.infer import ADFNRM
 
     _, model = gaussian_model()
     engine = ADFNRM(model, new_cluster_threshold=hyper.threshold, u_estimate="log_mode")
     kwargs = _engine_kwargs(train, sigma, hyper, dim=train.shape[1], **prior)
+    return engine, kwargs
+
+
+def run_adf_gaussian(train, sigma, hyper, prior, seed=0):
+    """``ADFNRM``, Gaussian components with the Normal–Gamma ``prior`` (keyword arguments of the
+    model), on ``train`` ((N, D) float): ``(result, s, cold s)``."""
+    engine, kwargs = _gaussian_engine(train, sigma, hyper, prior)
     return _timed_run(engine, train, kwargs, seed)
 
 
@@ -198,13 +204,16 @@ def gaussian_prior(train, sigma, hyper):
     var_d)``). The scale ``s`` is chosen from :data:`PRIOR_VARIANCE_SCALES` by the log predictive
     of the last 20 % of ``train`` after a run on the first 80 % (the test set is not used).
     Returns ``(prior, s, validation log pred per row)``."""
+    from jax import random
+
     cut = int(0.8 * len(train))
     fit, valid = train[:cut], train[cut:]
     mean, var = train.mean(0), np.maximum(train.var(0), 1e-6)
     best = None
     for scale in PRIOR_VARIANCE_SCALES:
         prior = dict(loc=mean, kappa=0.1, concentration=1.0, rate=scale * var)
-        result = run_adf_gaussian(fit, sigma, hyper, prior)[0]
+        engine, kwargs = _gaussian_engine(fit, sigma, hyper, prior)
+        result = engine.run(random.PRNGKey(0), fit, **kwargs)  # untimed: one run
         score = float(np.mean(np.asarray(result.log_predictive(valid))))
         if best is None or score > best[2]:
             best = (prior, scale, score)
