@@ -291,7 +291,7 @@ def test_holes_move_behind_the_live_slots_in_order(existence):
         running_sum=jnp.asarray(rng.random(8)),
         existence=jnp.asarray(existence),
     )
-    out = jax.jit(functools.partial(retire_holes, filt))(state)
+    out = jax.jit(functools.partial(retire_holes, filt.constants))(state)
     # reference: a stable sort puts the holes (existence below the threshold, a live slot
     # after them) behind the others and resets them to the prior
     last_live = np.flatnonzero(existence >= filt.retire_threshold).max()

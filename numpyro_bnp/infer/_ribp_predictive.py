@@ -1,9 +1,11 @@
 """Read-outs of the R-IBP filter: predictive scores, feature use and posterior draws.
 
-Functions of a set-up :class:`~numpyro_bnp.infer.RIBPFilter` ``filt`` (its model read by
-``init``) and a state; :meth:`RIBPFilter.log_predictive`, :meth:`RIBPFilter.feature_use` and
+Pure functions of the filter's :class:`~numpyro_bnp.infer._ribp_update.RIBPConstants` ``const``
+(and, for the model-shaped draws, the read model ``spec``: its site names and weight prior) and a
+state; :meth:`RIBPFilter.log_predictive`, :meth:`RIBPFilter.feature_use` and
 :meth:`RIBPFilter.posterior_draws` validate their arguments and call them. The jitted functions
-are cached on ``filt`` (they bake in the model's constants).
+built by :func:`log_predictive_fn` and :func:`feature_use_fn` bake in ``const``; the filter
+caches them.
 """
 
 import jax
@@ -13,12 +15,12 @@ from jax import lax, random
 from jax.scipy.special import logsumexp
 
 from numpyro_bnp._math import logit
-from numpyro_bnp.infer._ribp_update import fit, fit_closed_form
+from numpyro_bnp.infer._ribp_update import clipped_prior, fit, fit_closed_form, prior
 
 POLISH_STEPS = 16  # greedy flip steps that improve the log-predictive proposal's mode
 
 
-def _active_features(filt, key, state, num):
+def _active_features(key, state, num):
     """``(slots, draws)``: the active slots' indices and ``num`` draws ``(num, K+, D)`` of q(A)."""
     active = np.asarray(state.existence > 0.5)
     mean, var = np.asarray(state.mean)[active], np.asarray(state.var)[active]
@@ -26,54 +28,59 @@ def _active_features(filt, key, state, num):
     return np.flatnonzero(active), mean + np.sqrt(var) * eps
 
 
-def _rows_given(filt, key, state, obs, num, slots):
-    """``(num, M, K+)`` draws of ``Bernoulli(b)``, ``b`` the rows' feature use on ``slots``."""
-    b = np.asarray(feature_use(filt, state, obs, 1024))[:, slots]
+def _rows_given(key, use, num, slots):
+    """``(num, M, K+)`` draws of ``Bernoulli(b)``, ``b = use[:, slots]`` the rows' feature use."""
+    b = np.asarray(use)[:, slots]
     return (np.asarray(random.uniform(key, (num, *b.shape), b.dtype)) < b).astype(b.dtype)
 
 
-def posterior_draws(filt, rng_key, state, num_draws, obs=None):
-    """``(draws, dims, coords)`` for ArviZ; see :meth:`RIBPFilter.posterior_draws`."""
+def posterior_draws(spec, rng_key, state, num_draws, use=None):
+    """``(draws, dims, coords)`` for ArviZ; see :meth:`RIBPFilter.posterior_draws`.
+
+    ``use``: ``(M, K)`` feature use of the given rows (:func:`feature_use`), or ``None``.
+    """
     key_a, key_n, key_z = random.split(rng_key, 3)
-    slots, feats = _active_features(filt, key_a, state, num_draws)
+    slots, feats = _active_features(key_a, state, num_draws)
     exists = np.asarray(state.existence)
     created = np.asarray(random.uniform(key_n, (num_draws, exists.shape[0]), exists.dtype))
-    name = filt.spec.feature_site
+    name = spec.feature_site
     draws = {name: feats, "num_features": np.sum(created < exists, axis=1)}
     dims = {name: ["feature", "dim"]}
-    if obs is not None:
-        draws[filt.spec.ibp_site] = _rows_given(filt, key_z, state, obs, num_draws, slots)
-        dims[filt.spec.ibp_site] = ["row", "feature"]
+    if use is not None:
+        draws[spec.ibp_site] = _rows_given(key_z, use, num_draws, slots)
+        dims[spec.ibp_site] = ["row", "feature"]
     return draws, dims, {"feature": slots}
 
 
-def posterior_samples(filt, rng_key, state, num_samples, num_obs, obs=None):
-    """Model-shaped samples for ``Predictive``; see :meth:`RIBPFilter.posterior_samples`."""
+def posterior_samples(spec, const, rng_key, state, num_samples, num_obs, use=None):
+    """Model-shaped samples for ``Predictive``; see :meth:`RIBPFilter.posterior_samples`.
+
+    ``use``: ``(num_obs, K)`` feature use of given rows (:func:`feature_use`), or ``None``
+    (rows drawn from the filtering prior).
+    """
     key_a, key_z, key_w = random.split(rng_key, 3)
-    slots, feats = _active_features(filt, key_a, state, num_samples)
-    if obs is None:
-        prior = np.asarray(filt.prior(state))[slots]
-        u = np.asarray(random.uniform(key_z, (num_samples, num_obs, slots.size), prior.dtype))
-        z = (u < prior).astype(prior.dtype)
+    slots, feats = _active_features(key_a, state, num_samples)
+    if use is None:
+        probs = np.asarray(prior(const, state))[slots]
+        u = np.asarray(random.uniform(key_z, (num_samples, num_obs, slots.size), probs.dtype))
+        z = (u < probs).astype(probs.dtype)
     else:
-        z = _rows_given(filt, key_z, state, obs, num_samples, slots)
-    samples = {filt.spec.feature_site: feats, filt.spec.ibp_site: z}
-    if filt.spec.weight_site is not None:
+        z = _rows_given(key_z, use, num_samples, slots)
+    samples = {spec.feature_site: feats, spec.ibp_site: z}
+    if spec.weight_site is not None:
         shape = (num_samples, num_obs, slots.size)
-        w = random.normal(key_w, shape, filt.dtype) * np.sqrt(filt.spec.weight_var)
-        samples[filt.spec.weight_site] = np.asarray(w + filt.spec.weight_loc, filt.dtype)
+        w = random.normal(key_w, shape, const.dtype) * np.sqrt(spec.weight_var)
+        samples[spec.weight_site] = np.asarray(w + spec.weight_loc, const.dtype)
     return {k: jnp.asarray(v) for k, v in samples.items()}
 
 
-def log_predictive(filt, state, obs, key, num_samples, batch_size):
+def log_predictive(fn, state, obs, key, batch_size):
     """``(M,)`` importance-sampled ``log p(o | data)`` of validated rows ``obs`` ``(M, D)``.
 
-    See :meth:`RIBPFilter.log_predictive`; ``key`` seeds the per-row samplers.
+    ``fn`` is :func:`log_predictive_fn`'s compiled function; see
+    :meth:`RIBPFilter.log_predictive`; ``key`` seeds the per-row samplers.
     """
     keys = random.split(key, obs.shape[0])
-    if num_samples not in filt._log_predictive_fns:
-        filt._log_predictive_fns[num_samples] = _log_predictive_fn(filt, num_samples)
-    fn = filt._log_predictive_fns[num_samples]
     out = [
         fn(state, obs[i : i + batch_size], keys[i : i + batch_size])
         for i in range(0, obs.shape[0], batch_size)
@@ -81,27 +88,25 @@ def log_predictive(filt, state, obs, key, num_samples, batch_size):
     return jnp.concatenate(out)
 
 
-def feature_use(filt, state, obs, batch_size):
-    """``(M, K)`` fitted ``b`` of validated rows ``obs`` ``(M, D)``, features held fixed."""
-    if filt._feature_use_fn is None:
-        filt._feature_use_fn = jax.jit(
-            lambda st, obs: lax.map(lambda o: local_fit(filt, st, o)[1], obs)
-        )
-    parts = [
-        filt._feature_use_fn(state, obs[i : i + batch_size])
-        for i in range(0, obs.shape[0], batch_size)
-    ]
+def feature_use_fn(const):
+    """The compiled ``(state, obs (M, D)) -> (M, K)`` fitted ``b``, features held fixed."""
+    return jax.jit(lambda st, obs: lax.map(lambda o: local_fit(const, st, o)[1], obs))
+
+
+def feature_use(fn, state, obs, batch_size):
+    """``(M, K)`` fitted ``b`` of validated rows ``obs`` ``(M, D)`` by :func:`feature_use_fn`'s
+    compiled ``fn``, ``batch_size`` rows per call."""
+    parts = [fn(state, obs[i : i + batch_size]) for i in range(0, obs.shape[0], batch_size)]
     return jnp.concatenate(parts)
 
 
-def local_fit(filt, state, obs):
+def local_fit(const, state, obs):
     """Clipped prior ``π`` and fitted ``b`` of one row ``(D,)``, features held fixed."""
-    eps = jnp.finfo(filt.dtype).eps
-    prior = jnp.clip(filt.prior(state), eps, 1.0 - eps)
-    return prior, fit(filt, state, obs, prior, logit(prior), update_features=False)[0]
+    probs, prior_logit = clipped_prior(const, state)
+    return probs, fit(const, state, obs, probs, prior_logit, update_features=False)[0]
 
 
-def proposal_mode(filt, state, obs, prior, b):
+def proposal_mode(const, state, obs, prior, b):
     """Greedy single and pair flips of the rounded fit ``b`` of one row; ``(K,)`` 0/1.
 
     Coordinate ascent from the prior falls into a poor local optimum on a few rows in a
@@ -119,8 +124,8 @@ def proposal_mode(filt, state, obs, prior, b):
     returned.
     Gaussian kinds.
     """
-    lam = filt._noise_prec
-    w_loc = 1.0 if filt.kind == "linear_gaussian" else filt.spec.weight_loc
+    lam = const.noise_prec
+    w_loc = 1.0 if const.kind == "linear_gaussian" else const.weight_loc
     feats = w_loc * state.mean
     prior_logit = logit(prior)
     sq_norm = jnp.sum(lam * feats * feats, axis=-1)
@@ -129,7 +134,7 @@ def proposal_mode(filt, state, obs, prior, b):
     off_diag = eye == 0
 
     def score(z):
-        return z @ prior_logit + gaussian_log_marginal(filt, state, obs, z)
+        return z @ prior_logit + gaussian_log_marginal(const, state, obs, z)
 
     def step(_, carry):
         z, best = carry
@@ -139,7 +144,7 @@ def proposal_mode(filt, state, obs, prior, b):
         pair = jnp.where(off_diag, pair, -jnp.inf)
         i, j = jnp.unravel_index(jnp.argmax(pair), pair.shape)
         both = jnp.abs(z - jnp.zeros_like(z).at[i].set(1.0).at[j].set(1.0))
-        if filt.kind == "linear_gaussian":  # all single flips scored exactly: O(K² D)
+        if const.kind == "linear_gaussian":  # all single flips scored exactly: O(K² D)
             singles = jnp.abs(z[None] - eye)
             single_scores = jax.vmap(score)(singles)
             k = jnp.argmax(single_scores)
@@ -158,7 +163,7 @@ def proposal_mode(filt, state, obs, prior, b):
     return z[jnp.argmax(best)]
 
 
-def spread_over_unborn(filt, state, prior, b):
+def spread_over_unborn(const, state, prior, b):
     """Share the fit's mass on unborn slots out over all of them in proportion to ``π``.
 
     Slots whose feature is still at the prior are exchangeable in ``p(o | z)``, so the
@@ -169,53 +174,55 @@ def spread_over_unborn(filt, state, prior, b):
     ``Σ b_k`` over unborn slots, the expected number of new features, is kept (each
     ``b_k ≤ 1``). ``prior``, ``b``: ``(K,)``.
     """
-    unborn = jnp.all((state.mean == filt._loc) & (state.var == filt._var), axis=-1)
+    unborn = jnp.all((state.mean == const.feature_loc) & (state.var == const.feature_var), axis=-1)
     share = jnp.where(unborn, prior, 0.0)
     total = jnp.sum(jnp.where(unborn, b, 0.0))
     spread = jnp.minimum(total * share / jnp.maximum(jnp.sum(share), jnp.finfo(b.dtype).tiny), 1.0)
     return jnp.where(unborn, spread, b)
 
 
-def _log_predictive_fn(filt, num_samples):
+def log_predictive_fn(const, num_samples):
+    """The compiled ``(state, obs (M, D), keys (M, 2)) -> (M,)`` of :func:`log_predictive`."""
+
     def one(state, o, key):
-        dt = filt.dtype
+        dt = const.dtype
         eps = jnp.finfo(dt).eps
-        prior, b = local_fit(filt, state, o)
-        if filt.kind != "generic":  # see proposal_mode
-            z_hat = proposal_mode(filt, state, o, prior, b)
-            refit = fit_closed_form(filt, state, o, z_hat, logit(prior), update_features=False)
+        prior, b = local_fit(const, state, o)
+        if const.kind != "generic":  # see proposal_mode
+            z_hat = proposal_mode(const, state, o, prior, b)
+            refit = fit_closed_form(const, state, o, z_hat, logit(prior), update_features=False)
             # coordinate ascent from z_hat can slide back to the plain fit's optimum (on 4 of
             # 500 rows at D = 50, and always off a new feature's unborn slot): keep half the
             # mass on the polished mode itself
             b = 0.5 * (refit[0] + z_hat)
-        b = spread_over_unborn(filt, state, prior, b)
+        b = spread_over_unborn(const, state, prior, b)
         proposal = jnp.clip(0.9 * b + 0.1 * prior, eps, 1.0 - eps)
         key_z, key_a = random.split(key)
         z = (random.uniform(key_z, (num_samples, prior.shape[0]), dt) < proposal).astype(dt)
         log_ratio = z @ (jnp.log(prior) - jnp.log(proposal)) + (1 - z) @ (
             jnp.log1p(-prior) - jnp.log1p(-proposal)
         )
-        if filt.kind == "generic":
+        if const.kind == "generic":
             a = state.mean + jnp.sqrt(state.var) * random.normal(
                 key_a, (num_samples, *state.mean.shape), dt
             )
-            ll = jax.vmap(lambda zz, aa: filt.spec.row_log_likelihood(zz, aa, o))(z, a)
+            ll = jax.vmap(lambda zz, aa: const.row_log_likelihood(zz, aa, o))(z, a)
         else:
-            ll = jax.vmap(lambda zz: gaussian_log_marginal(filt, state, o, zz))(z)
+            ll = jax.vmap(lambda zz: gaussian_log_marginal(const, state, o, zz))(z)
         return logsumexp(ll + log_ratio) - jnp.log(num_samples)
 
     # rows one after another (lax.map): a vmapped sweep compiled for minutes
     return jax.jit(lambda state, obs, keys: lax.map(lambda x: one(state, *x), (obs, keys)))
 
 
-def gaussian_log_marginal(filt, state, o, z):
+def gaussian_log_marginal(const, state, o, z):
     """``log p(o | z)`` with the features (and weights) integrated out, Gaussian models."""
-    noise = 1.0 / filt._noise_prec
-    if filt.kind == "linear_gaussian":
+    noise = 1.0 / const.noise_prec
+    if const.kind == "linear_gaussian":
         var = noise + z @ state.var
         return -0.5 * jnp.sum(jnp.log(2 * jnp.pi * var) + (o - z @ state.mean) ** 2 / var)
     # factor analysis: o = Aᵀ (z ⊙ w) + ε, cov = diag(d) + U Uᵀ, U = Mᵀ diag(z σ_w)
-    w_var, w_loc = filt.spec.weight_var, filt.spec.weight_loc
+    w_var, w_loc = const.weight_var, const.weight_loc
     d = noise + (z * (w_loc**2 + w_var)) @ state.var
     u = state.mean.T * (z * jnp.sqrt(w_var))  # (D, K)
     resid = o - (z * w_loc) @ state.mean

@@ -166,35 +166,33 @@ def refine_linear_gaussian(obs, b, mean, var, active, consts, *, num_passes, num
 _refine_jit = jax.jit(refine_linear_gaussian, static_argnames=("num_passes", "num_candidates"))
 
 
-def refine_state(engine, state, obs, num_passes, start, min_use, num_candidates):
-    """:meth:`RIBPFilter.refine` after validation: set up, run the passes, compact the slots.
+def refine_state(const, state, obs, use, num_passes, min_use, num_candidates):
+    """:meth:`RIBPFilter.refine` after validation (and capacity growth): run the passes, compact.
 
-    :param engine: the :class:`RIBPFilter` (linear-Gaussian, initialised).
+    :param const: the filter's :class:`~numpyro_bnp.infer._ribp_update.RIBPConstants`
+        (linear-Gaussian).
+    :param state: the state whose capacity the passes use; with ``use`` given its active
+        features (existence above 1/2) are the start, else the passes start from none.
     :param obs: ``(N, D)`` validated rows.
+    :param use: ``(N, K)`` the rows' feature use under ``state`` (``start="filter"``) or ``None``.
     :return: the refined ``(mean, var, running_sum, existence)`` (kept features first) and the
         traces ``{"num_features", "fit"}`` of the passes.
     """
-    dt = engine.dtype
-    active = np.asarray(state.existence > 0.5) & (start == "filter")
-    capacity = engine.capacity(state)
-    if engine.max_features is None:  # room for one birth per pass
-        while capacity < active.sum() + num_passes:
-            capacity *= 2
-        state = engine.grow(state, capacity) if capacity > engine.capacity(state) else state
-        active = np.concatenate([active, np.zeros(capacity - len(active), bool)])
-    if start == "filter":
-        b = jnp.where(jnp.asarray(active), engine.feature_use(state, obs), 0.0)
+    dt = const.dtype
+    active = np.asarray(state.existence > 0.5) & (use is not None)
+    if use is not None:
+        b = jnp.where(jnp.asarray(active), use, 0.0)
         mean, var = state.mean, state.var
     else:
-        b = jnp.zeros((obs.shape[0], capacity), dt)
-        mean = jnp.broadcast_to(engine._loc, state.mean.shape)
-        var = jnp.broadcast_to(engine._var, state.var.shape)
+        b = jnp.zeros((obs.shape[0], state.mean.shape[0]), dt)
+        mean = jnp.broadcast_to(const.feature_loc, state.mean.shape)
+        var = jnp.broadcast_to(const.feature_var, state.var.shape)
     consts = (
-        engine._noise_prec,
-        engine._loc,
-        engine._var,
-        engine._ibp.alpha,
-        engine._ibp.beta,
+        const.noise_prec,
+        const.feature_loc,
+        const.feature_var,
+        const.ibp.alpha,
+        const.ibp.beta,
         jnp.asarray(min_use, dt),
     )
     b, mean, var, active, count, fit = _refine_jit(

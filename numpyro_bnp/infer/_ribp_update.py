@@ -1,11 +1,14 @@
-r"""The per-observation update of the R-IBP filter: coordinate ascent, existence, retiring.
+r"""The R-IBP filter as pure functions: state, constants, the per-observation update.
 
-Functions of a set-up :class:`~numpyro_bnp.infer.RIBPFilter` ``filt`` (its model read by
-``init``; they read its fixed options and the read model ``filt.spec``) and a state.
-:meth:`RIBPFilter.update` fits the observation with :func:`fit`, scores it with :func:`elbo`,
-freezes the fitted ``b_n`` into the running statistics with :func:`absorb` and then calls
-:func:`retire_holes`; the read-outs (:mod:`numpyro_bnp.infer._ribp_predictive`) fit rows with
-:func:`fit` with the features held fixed. Equations refer to Schaeffer, Du, Liu & Fiete,
+Every function takes the filter's :class:`RIBPConstants` (what
+:class:`~numpyro_bnp.infer.RIBPFilter` read from the model and its options, frozen) and a
+:class:`RIBPState`. :func:`update` fits the
+observation with :func:`fit`, scores it with :func:`elbo`, freezes the fitted ``b_n`` into the
+running statistics with :func:`absorb` and then calls :func:`retire_holes`; the read-outs
+(:mod:`numpyro_bnp.infer._ribp_predictive`) fit rows with :func:`fit` with the features held
+fixed. The coordinate-ascent sweep has one slot function per Gaussian likelihood
+(:func:`linear_gaussian_slot`, :func:`factor_analysis_slot`); the generic likelihood has its
+own Newton sweep (:func:`fit_generic`). Equations refer to Schaeffer, Du, Liu & Fiete,
 *Streaming Inference for Infinite Feature Models*, ICML 2022.
 
 **Existence probabilities (a correction to the paper).** Eq. 5 needs the number of features
@@ -64,14 +67,133 @@ their order). Slots beyond the frontier stay in reserve for new features.
 """
 
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from numpyro_bnp._math import bernoulli_kl, normal_kl, poisson_interval_probs
+from numpyro_bnp._math import bernoulli_kl, logit, normal_kl, poisson_interval_probs
 
 MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
+
+
+class RIBPState(NamedTuple):
+    """Filter state after ``num_seen`` observations, for ``K`` slots and dimension ``D``.
+
+    :ivar mean: ``(K, D)`` feature means ``μ_k``.
+    :ivar var: ``(K, D)`` diagonal feature covariances ``Σ_k``.
+    :ivar running_sum: ``(K,)`` ``S_k = Σ_{n'} b_{n'k}``.
+    :ivar existence: ``(K,)`` probability that feature ``k`` has been created (see the module
+        docstring and :func:`absorb`).
+    :ivar num_seen: ``()`` int32, observations absorbed.
+    :ivar truncation: ``()`` the largest prior mass beyond the capacity seen so far.
+    """
+
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    running_sum: jnp.ndarray
+    existence: jnp.ndarray
+    num_seen: jnp.ndarray
+    truncation: jnp.ndarray
+
+
+class RIBPInfo(NamedTuple):
+    """Per-observation diagnostics.
+
+    :ivar num_features: ``ρ_n = Σ_k e_k``, the expected number of features created so far.
+    :ivar num_active: number of slots with existence probability above 1/2.
+    :ivar num_used: ``Σ_k b_nk``, the expected number of features in this observation.
+    :ivar elbo: evidence lower bound on the log predictive ``log q(o_n | o_<n)`` of the new
+        observation before it was absorbed (for the generic path, its plug-in approximation).
+    :ivar truncation: prior mass of features beyond the capacity at this step.
+    """
+
+    num_features: jnp.ndarray
+    num_active: jnp.ndarray
+    num_used: jnp.ndarray
+    elbo: jnp.ndarray
+    truncation: jnp.ndarray
+
+
+class RIBPConstants(NamedTuple):
+    """What the filter's functions need from the model and the filter's options, frozen.
+
+    :ivar str kind: ``"linear_gaussian"``, ``"factor_analysis"`` or ``"generic"``.
+    :ivar dtype: the floating dtype of the state.
+    :ivar ibp: the :class:`~numpyro_bnp.distributions.RecursiveIBP` of the model's ``α, β``
+        (its filtering prior, Eq. 5).
+    :ivar feature_loc, feature_var: ``(D,)`` prior mean and variance of each feature entry.
+    :ivar noise_prec: ``(D,)`` noise precision ``Λ`` (Gaussian kinds), else ``None``.
+    :ivar float weight_loc, weight_var: prior of the weights (factor analysis).
+    :ivar row_log_likelihood: ``(z (K,), A (K, D), o (D,)) -> log p(o | z, A)``, the model's
+        own (generic kind), else ``None``.
+    :ivar int num_steps: coordinate-ascent sweeps per observation.
+    :ivar int newton_steps: Newton steps per slot and sweep (generic kind).
+    :ivar str feature_update: ``"paper"``, ``"birth"`` or ``"collapsed"`` (module docstring).
+    :ivar bool ossify: apply the ossification average (paper App. B.2).
+    :ivar float retire_threshold: existence probability below which a hole is retired.
+    """
+
+    kind: str
+    dtype: Any
+    ibp: Any
+    feature_loc: jnp.ndarray
+    feature_var: jnp.ndarray
+    noise_prec: jnp.ndarray | None
+    weight_loc: float
+    weight_var: float
+    row_log_likelihood: Any
+    num_steps: int
+    newton_steps: int
+    feature_update: str
+    ossify: bool
+    retire_threshold: float
+
+
+def empty(const, capacity):
+    """The state of no observations with ``capacity`` slots (every feature at its prior)."""
+    dim = const.feature_loc.shape[0]
+    return RIBPState(
+        mean=jnp.broadcast_to(const.feature_loc, (capacity, dim)),
+        var=jnp.broadcast_to(const.feature_var, (capacity, dim)),
+        running_sum=jnp.zeros(capacity, const.dtype),
+        existence=jnp.zeros(capacity, const.dtype),
+        num_seen=jnp.zeros((), jnp.int32),
+        truncation=jnp.zeros((), const.dtype),
+    )
+
+
+def prior(const, state):
+    """``(K,)`` filtering prior ``q(z_{n+1,k} = 1 | o_{<=n})`` of the next row (Eq. 5)."""
+    log_absent = jnp.log1p(-state.existence)
+    return const.ibp.filtering_prior(state.running_sum, log_absent, state.num_seen)
+
+
+def clipped_prior(const, state):
+    """:func:`prior` clipped to ``[eps, 1 - eps]`` and its logit: ``(q, logit q)``."""
+    eps = jnp.finfo(const.dtype).eps
+    q = jnp.clip(prior(const, state), eps, 1.0 - eps)
+    return q, logit(q)
+
+
+def update(const, state, obs):
+    """Absorb one observation ``obs`` ``(D,)``: pure and jittable. Returns ``(state, info)``."""
+    obs = jnp.asarray(obs, const.dtype)
+    q, prior_logit = clipped_prior(const, state)
+    b, mean, var, local = fit(const, state, obs, q, prior_logit, update_features=True)
+    score = elbo(const, state, obs, q, b, local)
+    *statistics, beyond = absorb(const, state, q, b)
+    new = retire_holes(const, RIBPState(mean, var, *statistics))
+    exists = new.existence
+    info = RIBPInfo(
+        num_features=jnp.sum(exists),
+        num_active=jnp.sum(exists > 0.5).astype(jnp.int32),
+        num_used=jnp.sum(b),
+        elbo=score,
+        truncation=beyond.astype(const.dtype),
+    )
+    return new, info
 
 
 def ossify(b, running_sum, new, old, keep=True):
@@ -87,21 +209,21 @@ def ossify(b, running_sum, new, old, keep=True):
     return old + share * (new - old)
 
 
-def fit(filt, state, obs, q, prior_logit, *, update_features):
+def fit(const, state, obs, q, prior_logit, *, update_features):
     """Fit one observation ``obs`` ``(D,)`` against the clipped prior ``q`` ``(K,)``.
 
-    :func:`fit_generic` for the generic path, else :func:`fit_closed_form`; ``prior_logit`` is
+    :func:`fit_generic` for the generic kind, else :func:`fit_closed_form`; ``prior_logit`` is
     ``logit(q)``. With ``update_features`` False the features are held fixed (the read-outs).
 
     :return: ``(b, mean, var, local)``: ``b`` ``(K,)``, the features' means and variances
         ``(K, D)``, and for factor analysis the weights' ``(ϕ, Φ)`` given ``z = 1`` (``None``
         otherwise).
     """
-    fit_kind = fit_generic if filt.kind == "generic" else fit_closed_form
-    return fit_kind(filt, state, obs, q, prior_logit, update_features=update_features)
+    fit_kind = fit_generic if const.kind == "generic" else fit_closed_form
+    return fit_kind(const, state, obs, q, prior_logit, update_features=update_features)
 
 
-def absorb(filt, state, q, b):
+def absorb(const, state, q, b):
     """Freeze the fitted ``b`` ``(K,)`` of observation ``n`` into the running statistics.
 
     ``q`` ``(K,)`` is the clipped filtering prior the observation was fitted against. The
@@ -112,17 +234,17 @@ def absorb(filt, state, q, b):
         the observation (``truncation`` is the largest ``beyond`` so far) and ``beyond``, the prior
         mass of features beyond the capacity ``K`` at this step.
     """
-    dt = filt.dtype
+    dt = const.dtype
     eps = jnp.finfo(dt).eps
     # existence: add the posterior probability that THIS observation created feature k, b
     # times the creation share of its prior, q = S/(β+n-1) [take] + P(created now) [create]
-    denom = filt._ibp.beta + state.num_seen.astype(dt)
+    denom = const.ibp.beta + state.num_seen.astype(dt)
     created_share = jnp.clip(1.0 - state.running_sum / denom / q, 0.0, 1.0)
     existence = jnp.minimum(state.existence + b * created_share, 1.0 - eps)
     running_sum = state.running_sum + b
     num_seen = state.num_seen + 1
     rate = jnp.sum(state.existence)
-    new_rate = filt._ibp.alpha * filt._ibp.beta / denom
+    new_rate = const.ibp.alpha * const.ibp.beta / denom
     capacity = state.mean.shape[0]
     # P(Pois(ρ_{n-1} + αβ/(β+n-1)) > K): prior mass of features the slots cannot hold
     beyond = poisson_interval_probs(jnp.zeros_like(rate), rate + new_rate, capacity + 1)[-1]
@@ -130,7 +252,7 @@ def absorb(filt, state, q, b):
     return running_sum, existence, num_seen, truncation, beyond
 
 
-def retire_holes(filt, state):
+def retire_holes(const, state):
     """``state`` with its holes reset to the prior and moved behind the live slots.
 
     A hole is a slot whose existence probability is below ``retire_threshold`` while a later
@@ -139,7 +261,7 @@ def retire_holes(filt, state):
     exists = state.existence
     later = lax.cummax(exists[::-1])[::-1]
     later = jnp.concatenate([later[1:], jnp.zeros_like(later[:1])])
-    hole = (exists < filt.retire_threshold) & (later >= filt.retire_threshold)
+    hole = (exists < const.retire_threshold) & (later >= const.retire_threshold)
 
     def compact(state):
         # the stable partition live-then-holes, without a sort: a sort keeps XLA from compiling
@@ -149,7 +271,7 @@ def retire_holes(filt, state):
         target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
         order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
         moved = hole[order][:, None]
-        fresh = filt.empty(filt.capacity(state))
+        fresh = empty(const, hole.shape[0])
         mean, var, running_sum, existence = (
             jnp.where(moved if f.ndim == 2 else moved[:, 0], z, f[order])
             for f, z in zip(state[:4], fresh[:4], strict=True)
@@ -159,7 +281,7 @@ def retire_holes(filt, state):
     return lax.cond(jnp.any(hole), compact, lambda s: s, state)
 
 
-def fit_closed_form(filt, state, obs, q, prior_logit, *, update_features):
+def fit_closed_form(const, state, obs, q, prior_logit, *, update_features):
     """Coordinate ascent for the Gaussian likelihoods (paper App. B.2-B.3).
 
     Returns ``b``, the features' means and variances, and for factor analysis the weights'
@@ -167,58 +289,116 @@ def fit_closed_form(filt, state, obs, q, prior_logit, *, update_features):
     """
     mu0, var0 = state.mean, state.var
     capacity = mu0.shape[0]
-    if filt.kind == "factor_analysis":
+    if const.kind == "factor_analysis":
         # weights start one prior standard deviation above their mean: this breaks the sign
         # symmetry between w and A for a new feature (the authors' code draws them at random)
-        w_var = jnp.full(capacity, filt.spec.weight_var, filt.dtype)
-        phi = filt.spec.weight_loc + jnp.sqrt(w_var)
+        w_var = jnp.full(capacity, const.weight_var, const.dtype)
+        phi = const.weight_loc + jnp.sqrt(w_var)
     else:
-        w_var, phi = jnp.zeros(capacity, filt.dtype), jnp.ones(capacity, filt.dtype)
+        w_var, phi = jnp.zeros(capacity, const.dtype), jnp.ones(capacity, const.dtype)
     carry = (q, mu0, var0, phi, w_var)
-    for step in range(filt.num_steps_):
-        carry = sweep(filt, state, obs, prior_logit, carry, step % 2 == 1, update_features)
+    for step in range(const.num_steps):
+        carry = sweep(const, state, obs, prior_logit, carry, step % 2 == 1, update_features)
     b, mean, var, phi, w_var = carry
-    born = born_slots(filt, state)
+    born = born_slots(const, state)
     if update_features and born is not None:
-        mean1, var1 = commit(filt, state, b, mean, var)
+        mean1, var1 = commit(const, state, b, mean, var)
         mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
-    local = (phi, w_var) if filt.kind == "factor_analysis" else None
+    local = (phi, w_var) if const.kind == "factor_analysis" else None
     return b, mean, var, local
 
 
-def born_slots(filt, state):
+def born_slots(const, state):
     """``(K, 1)`` mask of the slots scored with the feature integrated out, or ``None``.
 
     ``"collapsed"``: every slot. ``"birth"``: the unborn slots, whose existence probability
     is below ``retire_threshold`` (see the module docstring). ``"paper"``: none.
     """
-    if filt.feature_update == "paper":
+    if const.feature_update == "paper":
         return None
-    if filt.feature_update == "collapsed":
+    if const.feature_update == "collapsed":
         return jnp.ones_like(state.existence, bool)[:, None]
-    return (state.existence < filt.retire_threshold)[:, None]
+    return (state.existence < const.retire_threshold)[:, None]
 
 
-def commit(filt, state, b, mean1, var1):
+def commit(const, state, b, mean1, var1):
     """Collapsed mode: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``, then ossified."""
     mu0, var0, S = state.mean, state.var, state.running_sum
     bc = b[:, None]
     step = mean1 - mu0
     mean = mu0 + bc * step
     var = bc * var1 + (1.0 - bc) * var0 + bc * (1.0 - bc) * step * step
-    if filt.ossify:
+    if const.ossify:
         Sc = S[:, None]
         mean, var = ossify(bc, Sc, mean, mu0), ossify(bc, Sc, var, var0)
     return mean, var
 
 
-def sweep(filt, state, obs, prior_logit, carry, reverse, update):
+class SlotInputs(NamedTuple):
+    """What one slot of a sweep reads (one row per slot; see :func:`sweep`).
+
+    :ivar next_old: ``(D,)`` the next slot's contribution before this sweep, added back to the
+        residual when the slot is left.
+    :ivar offset, gain: ``(D,)`` the slot's feature mean as an affine map of the residual
+        ``r``, ``μ = offset + gain ⊙ r`` (Eq. 11, ossified).
+    :ivar trace_var: ``tr(Λ Σ_l)``.
+    :ivar prior_logit: ``logit q_l``.
+    :ivar collapsed: for the slots scored with the feature integrated out (``None`` when no
+        slot is): ``(kl_const, born, mu0, var0)``, the part of ``KL(q(A_l) || prior)`` that does
+        not depend on ``r``, the slot's mask, and the slot's prior-to-this-observation moments.
+    """
+
+    next_old: jnp.ndarray
+    offset: jnp.ndarray
+    gain: jnp.ndarray
+    trace_var: jnp.ndarray
+    prior_logit: jnp.ndarray
+    collapsed: tuple | None
+
+
+def linear_gaussian_slot(const, r, mu, logit, trace_var):
+    """``b_l`` of a linear-Gaussian slot with feature mean ``mu`` and residual ``r``.
+
+    ``logit b_l = logit q_l + μᵀΛr - (μᵀΛμ + tr ΛΣ_l) / 2`` (paper App. B.2), one reduction.
+
+    :return: ``(scalars, coef)``: ``[b_l]`` and ``E[z_l w_l] = b_l``.
+    """
+    logit = logit + jnp.sum(const.noise_prec * mu * (r - 0.5 * mu)) - 0.5 * trace_var
+    b = jax.nn.sigmoid(logit)
+    return [b], b
+
+
+def factor_analysis_slot(const, r, mu, logit, trace_var):
+    """``b_l`` and the weight ``q(w_l | z_l = 1) = N(ϕ_l, Φ_l)`` of a factor-analysis slot.
+
+    Eq. 12 restricted to slot ``l`` given ``z_l = 1``; the logit gets the weight's expected
+    fit minus its KL from the prior (paper App. B.3).
+
+    :return: ``(scalars, coef)``: ``[b_l, ϕ_l, Φ_l]`` and ``E[z_l w_l] = b_l ϕ_l``.
+    """
+    lam_mu = const.noise_prec * mu
+    data = jnp.sum(lam_mu * r)
+    second = jnp.sum(lam_mu * mu) + trace_var  # E[A_l Λ A_lᵀ]
+    m0, v0 = const.weight_loc, const.weight_var
+    w_var = 1.0 / (1.0 / v0 + second)
+    phi = w_var * (m0 / v0 + data)
+    kl_w = normal_kl(phi, w_var, m0, v0)
+    logit = logit - kl_w + phi * data - 0.5 * (phi * phi + w_var) * second
+    b = jax.nn.sigmoid(logit)
+    return [b, phi, w_var], b * phi
+
+
+SLOTS = {"linear_gaussian": linear_gaussian_slot, "factor_analysis": factor_analysis_slot}
+
+
+def sweep(const, state, obs, prior_logit, carry, reverse, update):
     """One sweep over the slots, carrying only the D-vector residual; O(K D).
 
     For slot ``l``: feature, then (factor analysis) its weight given ``z_l = 1``, then
-    ``b_l``. Everything that does not depend on the residual is computed for all slots at once
-    before the sequential scan: the feature's mean is affine in the residual ``r_l``,
-    ``μ_l = a_l + g_l ⊙ r_l``, with the weights ``b_l, ϕ_l`` of the previous sweep.
+    ``b_l`` (:data:`SLOTS`, one function per likelihood). Everything that does not depend on
+    the residual is computed for all slots at once before the sequential scan: the feature's
+    mean is affine in the residual ``r_l``, ``μ_l = a_l + g_l ⊙ r_l``, with the weights
+    ``b_l, ϕ_l`` of the previous sweep.
 
     * ``paper``: Eqs. 10-11 (weighted by ``b_l``) against the frozen prior, then ossified;
       the logit uses that feature.
@@ -227,9 +407,9 @@ def sweep(filt, state, obs, prior_logit, carry, reverse, update):
       from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes factor of
       ``z_l = 1`` with the feature integrated out.
     """
-    lam = filt._noise_prec
-    fa = filt.kind == "factor_analysis"
-    born = born_slots(filt, state)
+    lam = const.noise_prec
+    likelihood_slot = SLOTS[const.kind]
+    born = born_slots(const, state)
     b, mean, _, phi, w_var = carry
     mu0, var0, S = state.mean, state.var, state.running_sum
     if update or born is not None:
@@ -237,72 +417,52 @@ def sweep(filt, state, obs, prior_logit, carry, reverse, update):
         phic = phi[:, None]
         var_s = 1.0 / (1.0 / var0 + weight * (phic * phic + w_var[:, None]) * lam)  # Eq. 10
         a, g = var_s * mu0 / var0, var_s * (weight * phic) * lam  # Eq. 11: μ* = a + g ⊙ r
-        if filt.ossify:  # the average of affine maps r -> a + g r is affine (born: commit)
+        if const.ossify:  # the average of affine maps r -> a + g r is affine (born: commit)
             bc, Sc, keep = b[:, None], S[:, None], True if born is None else ~born
             a, g = ossify(bc, Sc, a, mu0, keep), ossify(bc, Sc, g, 0.0, keep)
             var_s = ossify(bc, Sc, var_s, var0, keep)
     else:
         a, g, var_s = mu0, jnp.zeros_like(mu0), var0
     trace_var = var_s @ lam  # tr(Λ Σ_l)
+    collapsed = None
     if born is not None:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
         kl_const = jnp.sum(normal_kl(mu0, var_s, mu0, var0), axis=-1)
-        born_f = born[:, 0].astype(kl_const.dtype)
-    else:
-        kl_const = born_f = jnp.zeros_like(trace_var)
+        collapsed = (kl_const, born[:, 0].astype(kl_const.dtype), mu0, var0)
     coef = b * phi  # E[z_k w_k] of the previous sweep
     old = coef[:, None] * mean
     # the carry is the residual r_l = o - Σ_{k≠l} b_k E[w_k] μ_k seen by the current slot; it
-    # leaves the slot with the next slot's old contribution added back (`old_next`), so the
+    # leaves the slot with the next slot's old contribution added back (`next_old`), so the
     # loop never materialises r and μ as separate kernels
     first = -1 if reverse else 0
     resid = obs - coef @ mean + old[first]
     zero = jnp.zeros_like(old[:1])
-    old_next = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
+    next_old = jnp.concatenate([zero, old[:-1]] if reverse else [old[1:], zero])
 
     emit = update or born is not None  # the features change: the loop emits them
 
     def slot(r, x):
-        next_l, a_l, g_l, tv_l, logit = x[:5]
-        mu = a_l + g_l * r
-        if born is not None:
-            kl_l, born_l, mu0_l, var0_l = x[5:]
+        mu = x.offset + x.gain * r
+        logit = x.prior_logit
+        if x.collapsed is not None:
+            kl_l, born_l, mu0_l, var0_l = x.collapsed
             shift = mu - mu0_l
             logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
-        if fa:
-            lam_mu = lam * mu
-            data = jnp.sum(lam_mu * r)
-            second = jnp.sum(lam_mu * mu) + tv_l  # E[A_l Λ A_lᵀ]
-            # q(w_l | z_l = 1) = N(ϕ_l, Φ_l): Eq. 12 restricted to slot l, given z_l = 1
-            m0, v0 = filt.spec.weight_loc, filt.spec.weight_var
-            w_var_l = 1.0 / (1.0 / v0 + second)
-            phi_l = w_var_l * (m0 / v0 + data)
-            kl_w = normal_kl(phi_l, w_var_l, m0, v0)
-            logit = logit - kl_w + phi_l * data - 0.5 * (phi_l * phi_l + w_var_l) * second
-            b_new = jax.nn.sigmoid(logit)
-            scalars = [b_new, phi_l, w_var_l]
-            coef_l = b_new * phi_l
-        else:  # ϕ = 1, Φ = 0: one reduction, μᵀΛr - (μᵀΛμ + tr ΛΣ) / 2
-            logit = logit + jnp.sum(lam * mu * (r - 0.5 * mu)) - 0.5 * tv_l
-            b_new = jax.nn.sigmoid(logit)
-            scalars = [b_new]
-            coef_l = b_new
+        scalars, coef_l = likelihood_slot(const, r, mu, logit, x.trace_var)
         # one output array per slot: with several, XLA on CPU copies the (K, D) one per slot
         out = jnp.stack(scalars) if not emit else jnp.concatenate([jnp.stack(scalars), mu])
-        return r - coef_l * mu + next_l, out
+        return r - coef_l * mu + x.next_old, out
 
-    xs = (old_next, a, g, trace_var, prior_logit)
-    if born is not None:
-        xs += (kl_const, born_f, mu0, var0)
+    xs = SlotInputs(next_old, a, g, trace_var, prior_logit, collapsed)
     out = lax.scan(slot, resid, xs, reverse=reverse)[1]
+    num_scalars = 3 if const.kind == "factor_analysis" else 1
     b = out[:, 0]
-    if fa:
+    if num_scalars == 3:
         phi, w_var = out[:, 1], out[:, 2]
-    if not emit:
-        return b, mu0, var_s, phi, w_var
-    return b, out[:, 3 if fa else 1 :], var_s, phi, w_var
+    features = out[:, num_scalars:] if emit else mu0
+    return b, features, var_s, phi, w_var
 
 
-def fit_generic(filt, state, obs, q, prior_logit, *, update_features):
+def fit_generic(const, state, obs, q, prior_logit, *, update_features):
     """Newton / delta-method coordinate ascent on the model's own log-likelihood.
 
     Each Newton step is safeguarded (see the module docstring): a gradient or curvature that
@@ -313,12 +473,12 @@ def fit_generic(filt, state, obs, q, prior_logit, *, update_features):
     capacity = mu0.shape[0]
 
     def loglik(z, a, o):  # in the working dtype (a model's constants may promote it)
-        return filt.spec.row_log_likelihood(z, a, o).astype(filt.dtype)
+        return const.row_log_likelihood(z, a, o).astype(const.dtype)
 
-    born = born_slots(filt, state)  # slots scored with the feature integrated out (or None)
+    born = born_slots(const, state)  # slots scored with the feature integrated out (or None)
     # rounding allowance of the "does not decrease" test: an exact Newton step (Gaussian
     # likelihood) lands on the maximum, where the objective agrees to a few ulps
-    slack = 16 * jnp.finfo(filt.dtype).eps
+    slack = 16 * jnp.finfo(const.dtype).eps
 
     def slot(i, carry, reverse):
         b, mean, var = carry
@@ -362,9 +522,9 @@ def fit_generic(filt, state, obs, q, prior_logit, *, update_features):
             return mu_l + jnp.where(value >= floor, t, 0.0) * step, var_l
 
         if update_features or born is not None:
-            for _ in range(filt.newton_steps):
+            for _ in range(const.newton_steps):
                 mu_l, var_l = newton(mu_l)
-            if filt.ossify:  # born: see commit
+            if const.ossify:  # born: see commit
                 mu_l = ossify(b[l], S[l], mu_l, mu0_l, ~born_l)
                 var_l = ossify(b[l], S[l], var_l, var0_l, ~born_l)
             _, h = grad_and_curv(mu_l)
@@ -384,30 +544,29 @@ def fit_generic(filt, state, obs, q, prior_logit, *, update_features):
         return b, mean, var.at[l].set(var_l)
 
     carry = (q, mu0, var0)
-    for step in range(filt.num_steps_):
+    for step in range(const.num_steps):
         body = functools.partial(slot, reverse=step % 2 == 1)
         carry = lax.fori_loop(0, capacity, body, carry)
     b, mean, var = carry
     if update_features and born is not None:
-        mean1, var1 = commit(filt, state, b, mean, var)
+        mean1, var1 = commit(const, state, b, mean, var)
         mean, var = jnp.where(born, mean1, mean), jnp.where(born, var1, var)
     return b, mean, var, None
 
 
-def elbo(filt, state, obs, q, b, local):
+def elbo(const, state, obs, q, b, local):
     """ELBO of ``o_n`` under the prior features ``q(A | o_<n)`` and the fitted ``b`` (, w)."""
     mu0, var0 = state.mean, state.var
     kl = jnp.sum(bernoulli_kl(b, q))
-    if filt.kind == "generic":
-        return filt.spec.row_log_likelihood(b, mu0, obs) - kl
-    lam = filt._noise_prec
+    if const.kind == "generic":
+        return const.row_log_likelihood(b, mu0, obs) - kl
+    lam = const.noise_prec
     if local is None:
         phi, ew2 = jnp.ones_like(b), jnp.ones_like(b)
     else:
         phi, w_var = local
         ew2 = phi**2 + w_var
-        m0, v0 = filt.spec.weight_loc, filt.spec.weight_var
-        kl_w = normal_kl(phi, w_var, m0, v0)
+        kl_w = normal_kl(phi, w_var, const.weight_loc, const.weight_var)
         kl = kl + jnp.sum(b * kl_w)  # q(w_k | z_k = 0) is the prior
     mean = (b * phi) @ mu0
     spread = (b * ew2) @ (mu0**2 + var0) - (b * phi) ** 2 @ mu0**2

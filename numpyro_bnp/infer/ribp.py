@@ -61,8 +61,6 @@ when it exceeds ``truncation_tol`` the streaming loop doubles ``K`` and re-runs 
 the user fixed ``max_features``, warns that the run is truncated.
 """
 
-from typing import NamedTuple
-
 import jax.numpy as jnp
 import numpy as np
 
@@ -73,52 +71,14 @@ from numpyro_bnp._checks import (
     prng_key,
     unit_interval,
 )
-from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import _ribp_checks, _ribp_predictive, _ribp_update, streaming
 from numpyro_bnp.infer._model import model_cache_key, read_feature_model
 from numpyro_bnp.infer._model_engine import ModelEngine
 from numpyro_bnp.infer._ribp_refine import refine_state
+from numpyro_bnp.infer._ribp_update import RIBPConstants, RIBPInfo, RIBPState
 
 __all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
-
-
-class RIBPState(NamedTuple):
-    """Filter state after ``num_seen`` observations, for ``K`` slots and dimension ``D``.
-
-    :ivar mean: ``(K, D)`` feature means ``μ_k``.
-    :ivar var: ``(K, D)`` diagonal feature covariances ``Σ_k``.
-    :ivar running_sum: ``(K,)`` ``S_k = Σ_{n'} b_{n'k}``.
-    :ivar existence: ``(K,)`` probability that feature ``k`` has been created (see the module
-        docstring and :func:`numpyro_bnp.infer._ribp_update.absorb`).
-    :ivar num_seen: ``()`` int32, observations absorbed.
-    :ivar truncation: ``()`` the largest prior mass beyond the capacity seen so far.
-    """
-
-    mean: jnp.ndarray
-    var: jnp.ndarray
-    running_sum: jnp.ndarray
-    existence: jnp.ndarray
-    num_seen: jnp.ndarray
-    truncation: jnp.ndarray
-
-
-class RIBPInfo(NamedTuple):
-    """Per-observation diagnostics.
-
-    :ivar num_features: ``ρ_n = Σ_k e_k``, the expected number of features created so far.
-    :ivar num_active: number of slots with existence probability above 1/2.
-    :ivar num_used: ``Σ_k b_nk``, the expected number of features in this observation.
-    :ivar elbo: evidence lower bound on the log predictive ``log q(o_n | o_<n)`` of the new
-        observation before it was absorbed (for the generic path, its plug-in approximation).
-    :ivar truncation: prior mass of features beyond the capacity at this step.
-    """
-
-    num_features: jnp.ndarray
-    num_active: jnp.ndarray
-    num_used: jnp.ndarray
-    elbo: jnp.ndarray
-    truncation: jnp.ndarray
 
 
 class RIBPFilter(ModelEngine):
@@ -256,14 +216,24 @@ class RIBPFilter(ModelEngine):
         dt = self.dtype
         self.spec, self.kind = spec, kind
         self.dim = spec.dim
-        self._ibp = RecursiveIBP(
-            jnp.asarray(spec.alpha, dt), jnp.asarray(spec.beta, dt), num_rows=1, max_features=1
+        self.constants = RIBPConstants(
+            kind=kind,
+            dtype=dt,
+            ibp=RecursiveIBP(
+                jnp.asarray(spec.alpha, dt), jnp.asarray(spec.beta, dt), num_rows=1, max_features=1
+            ),
+            feature_loc=jnp.asarray(spec.feature_loc, dt),
+            feature_var=jnp.asarray(spec.feature_var, dt),
+            noise_prec=None if spec.noise_var is None else jnp.asarray(1.0 / spec.noise_var, dt),
+            weight_loc=spec.weight_loc,
+            weight_var=spec.weight_var,
+            row_log_likelihood=spec.row_log_likelihood if kind == "generic" else None,
+            num_steps=self.num_steps or (5 if kind == "factor_analysis" else 3),
+            newton_steps=self.newton_steps,
+            feature_update=self.feature_update,
+            ossify=self.ossify,
+            retire_threshold=self.retire_threshold,
         )
-        self._loc = jnp.asarray(spec.feature_loc, dt)
-        self._var = jnp.asarray(spec.feature_var, dt)
-        if spec.noise_var is not None:
-            self._noise_prec = jnp.asarray(1.0 / spec.noise_var, dt)
-        self.num_steps_ = self.num_steps or (5 if kind == "factor_analysis" else 3)
         self._spec_key = key
         self.scan_chunk = streaming.chunk_scanner(self.update)
         self._log_predictive_fns = {}
@@ -289,15 +259,8 @@ class RIBPFilter(ModelEngine):
 
     def empty(self, capacity):
         """The state of no observations with ``capacity`` slots (every feature at its prior)."""
-        dt = self.dtype
-        return RIBPState(
-            mean=jnp.broadcast_to(self._loc, (capacity, self.dim)),
-            var=jnp.broadcast_to(self._var, (capacity, self.dim)),
-            running_sum=jnp.zeros(capacity, dt),
-            existence=jnp.zeros(capacity, dt),
-            num_seen=jnp.zeros((), jnp.int32),
-            truncation=jnp.zeros((), dt),
-        )
+        self._require_init()
+        return _ribp_update.empty(self.constants, capacity)
 
     # ------------------------------------------------------------------ streaming protocol
     def check_batch(self, batch, name="batch"):
@@ -350,32 +313,16 @@ class RIBPFilter(ModelEngine):
     # ------------------------------------------------------------------ the update
     def prior(self, state):
         """``(K,)`` filtering prior ``q(z_{n+1,k} = 1 | o_{<=n})`` of the next row (Eq. 5)."""
-        log_absent = jnp.log1p(-state.existence)
-        return self._ibp.filtering_prior(state.running_sum, log_absent, state.num_seen)
+        self._require_init()
+        return _ribp_update.prior(self.constants, state)
 
     def update(self, state, obs):
-        """Absorb one observation ``obs`` ``(D,)``: pure and jittable. Returns ``(state, info)``."""
+        """Absorb one observation ``obs`` ``(D,)``: pure and jittable. Returns ``(state, info)``.
+
+        See :func:`numpyro_bnp.infer._ribp_update.update`.
+        """
         self._require_init()
-        dt = self.dtype
-        obs = jnp.asarray(obs, dt)
-        eps = jnp.finfo(dt).eps
-        q = jnp.clip(self.prior(state), eps, 1.0 - eps)
-        prior_logit = logit(q)
-        b, mean, var, local = _ribp_update.fit(
-            self, state, obs, q, prior_logit, update_features=True
-        )
-        elbo = _ribp_update.elbo(self, state, obs, q, b, local)
-        *statistics, beyond = _ribp_update.absorb(self, state, q, b)
-        new = _ribp_update.retire_holes(self, RIBPState(mean, var, *statistics))
-        exists = new.existence
-        info = RIBPInfo(
-            num_features=jnp.sum(exists),
-            num_active=jnp.sum(exists > 0.5).astype(jnp.int32),
-            num_used=jnp.sum(b),
-            elbo=elbo,
-            truncation=beyond.astype(dt),
-        )
-        return new, info
+        return _ribp_update.update(self.constants, state, obs)
 
     # ------------------------------------------------------------------ running a stream
     def run(
@@ -454,8 +401,15 @@ class RIBPFilter(ModelEngine):
         if not isinstance(state, RIBPState) or state.mean.shape[1:] != (self.dim,):
             raise ValueError(f"state must be an RIBPState with D={self.dim}")
         obs = jnp.asarray(self.check_batch(data, name="data"))
+        if self.max_features is None:  # room for one birth per pass
+            kept = int(np.sum(np.asarray(state.existence) > 0.5)) if start == "filter" else 0
+            capacity = self.capacity(state)
+            while capacity < kept + num_passes:
+                capacity *= 2
+            state = self.grow(state, capacity) if capacity > self.capacity(state) else state
+        use = self.feature_use(state, obs) if start == "filter" else None
         fields, traces = refine_state(
-            self, state, obs, num_passes, start, min_use, min(num_candidates, obs.shape[0])
+            self.constants, state, obs, use, num_passes, min_use, min(num_candidates, len(obs))
         )
         refined = RIBPState(
             *fields,
@@ -479,9 +433,8 @@ class RIBPFilter(ModelEngine):
         self._require_init()
         prng_key(rng_key)
         num_draws = positive_int(num_draws, "num_draws")
-        if obs is not None:
-            obs = jnp.asarray(self.check_batch(obs, name="obs"))
-        return _ribp_predictive.posterior_draws(self, rng_key, state, num_draws, obs)
+        use = None if obs is None else self.feature_use(state, obs)
+        return _ribp_predictive.posterior_draws(self.spec, rng_key, state, num_draws, use)
 
     def posterior_samples(self, rng_key, state, num_samples, num_obs=None, obs=None):
         """Samples of the model's latent sites for :class:`numpyro.infer.Predictive`.
@@ -497,11 +450,14 @@ class RIBPFilter(ModelEngine):
         self._require_init()
         prng_key(rng_key)
         num_samples = positive_int(num_samples, "num_samples")
+        use = None
         if obs is not None:
-            obs = jnp.asarray(self.check_batch(obs, name="obs"))
-            num_obs = obs.shape[0]
+            use = self.feature_use(state, obs)
+            num_obs = use.shape[0]
         num_obs = positive_int(num_obs, "num_obs")
-        return _ribp_predictive.posterior_samples(self, rng_key, state, num_samples, num_obs, obs)
+        return _ribp_predictive.posterior_samples(
+            self.spec, self.constants, rng_key, state, num_samples, num_obs, use
+        )
 
     def log_predictive(self, state, test_obs, *, rng_key, num_samples=1000, batch_size=256):
         """Log posterior predictive of each test row, importance-sampled over ``z``.
@@ -532,7 +488,11 @@ class RIBPFilter(ModelEngine):
         num_samples = positive_int(num_samples, "num_samples")
         batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(test_obs, name="test_obs"))
-        return _ribp_predictive.log_predictive(self, state, obs, rng_key, num_samples, batch_size)
+        if num_samples not in self._log_predictive_fns:
+            fn = _ribp_predictive.log_predictive_fn(self.constants, num_samples)
+            self._log_predictive_fns[num_samples] = fn
+        fn = self._log_predictive_fns[num_samples]
+        return _ribp_predictive.log_predictive(fn, state, obs, rng_key, batch_size)
 
     def feature_use(self, state, obs, *, batch_size=1024):
         """``(M, K)`` probabilities ``b`` that each row of ``obs`` uses each slot.
@@ -545,7 +505,9 @@ class RIBPFilter(ModelEngine):
         self._require_init()
         batch_size = positive_int(batch_size, "batch_size")
         obs = jnp.asarray(self.check_batch(obs, name="obs"))
-        return _ribp_predictive.feature_use(self, state, obs, batch_size)
+        if self._feature_use_fn is None:
+            self._feature_use_fn = _ribp_predictive.feature_use_fn(self.constants)
+        return _ribp_predictive.feature_use(self._feature_use_fn, state, obs, batch_size)
 
 
 class RIBPResult(streaming.StreamingResult):
