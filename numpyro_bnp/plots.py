@@ -11,6 +11,7 @@ __all__ = [
     "plot_feature_grid",
     "plot_feature_sharing",
     "plot_ibp_marginals",
+    "plot_learning_curve",
 ]
 
 
@@ -97,6 +98,36 @@ def plot_feature_count(time, num_features, *, truth=None, expected=None, ax=None
     ax.set_xscale("log")
     ax.set_xlabel("observations n")
     ax.set_ylabel("number of features")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_learning_curve(curve, *, references=None, ax=None, label="this engine"):
+    """Held-out score per row against the number of observations of a stream.
+
+    :param curve: a :class:`~numpyro_bnp.infer.streaming.LearningCurve` (``time``, ``mean``,
+        ``se``), drawn with ±2 standard errors.
+    :param references: optional ``{label: value}``, a score per row to compare with (an
+        oracle, a baseline): a float (a horizontal line) or a ``(T,)`` array over ``time``.
+    :param str label: the curve's legend label.
+    :return: the figure.
+    """
+    plt = _pyplot()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4.5, 3.0), layout="constrained")
+    else:
+        fig = ax.figure
+    time, mean, se = (np.asarray(v, float) for v in (curve.time, curve.mean, curve.se))
+    ax.errorbar(time, mean, yerr=2 * se, marker="o", capsize=3, label=label)
+    for name, value in (references or {}).items():
+        value = np.asarray(value, float)
+        if value.ndim == 0:
+            ax.axhline(value, linestyle=":", color="gray", label=name)
+        else:
+            ax.plot(time, value, "--", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("observations n")
+    ax.set_ylabel("held-out log predictive per row")
     ax.legend(fontsize=8)
     return fig
 

@@ -58,7 +58,15 @@ def test_ribp_digits_demo_beats_a_one_feature_model(tmp_path, capsys):
     assert [os.path.basename(p) for p in paths] == [
         "ribp_digits_feature_count.png",
         "ribp_digits_features.png",
+        "ribp_digits_learning_curve.png",
     ]
+    curve = re.search(r"along the stream: (.*)$", out, re.M).group(1)
+    assert [int(t) for t in re.findall(r"after (\d+)", curve)] == [30, 90, 300]
+    np.testing.assert_allclose(  # the curve's end is the score printed above
+        float(re.findall(r"(-?[\d.]+) ±", curve)[-1]),
+        float(re.search(r"R-IBP (-?[\d.]+)", out).group(1)),
+        atol=0.011,
+    )
     assert all(os.path.getsize(p) > 2_000 for p in paths)
 
 

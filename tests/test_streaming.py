@@ -14,6 +14,7 @@ import numpyro_bnp
 from numpyro_bnp import arviz_compat
 from numpyro_bnp.infer import BadBatchError, NonFiniteStateError, RIBPFilter, streaming
 from numpyro_bnp.models import factor_analysis, linear_gaussian
+from numpyro_bnp.plots import plot_learning_curve
 
 KWARGS = dict(num_obs=1, dim=5, mass=3.0, sigma_a=1.0, sigma_o=0.2)
 
@@ -48,6 +49,42 @@ def test_save_load_resume_is_bit_for_bit(filt, data, tmp_path):
         joined = np.concatenate([first.traces[key], resumed.traces[key]])
         np.testing.assert_array_equal(trace, joined)
     np.testing.assert_array_equal(resumed.time, np.arange(151, 301))
+
+
+def test_learning_curve_scores_the_states_of_one_stream(filt, data):
+    """Each point is the score of the state after that many rows, the end one run's state, and
+    on data with six features the held-out fit improves from 10 to 250 rows."""
+    train, test = data[:250], data[250:]
+
+    def score(result):  # the expected log-likelihood under the rows' fitted features (exact)
+        b = np.asarray(result.feature_use(test))
+        resid = test - b @ np.asarray(result.state.mean)
+        return -0.5 * np.sum(resid**2, axis=1) / KWARGS["sigma_o"] ** 2
+
+    curve = streaming.learning_curve(
+        filt,
+        random.PRNGKey(0),
+        train,
+        score,
+        eval_at=[10, 60, 250],
+        progress_bar=False,
+        chunk_size=64,
+        **KWARGS,
+    )
+    full = _run(filt, train)
+    for a, b in zip(full.state, curve.result.state, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    part = score(_run(filt, train[:60]))
+    np.testing.assert_allclose(curve.mean[1], part.mean(), rtol=1e-6)
+    np.testing.assert_allclose(curve.se[1], part.std(ddof=1) / np.sqrt(len(part)), rtol=1e-6)
+    np.testing.assert_array_equal(curve.time, [10, 60, 250])
+    assert curve.mean[-1] - curve.mean[0] > 3 * np.hypot(curve.se[-1], curve.se[0])
+    fig = plot_learning_curve(curve, references={"noise only": -2.5})
+    (ax,) = fig.axes
+    assert len(ax.get_legend().get_texts()) == 2
+    for bad in ([60, 10], [0, 10], [10, 251], [], [1.5]):
+        with pytest.raises(ValueError, match="eval_at must be increasing"):
+            streaming.learning_curve(filt, random.PRNGKey(0), train, score, eval_at=bad)
 
 
 def test_iterator_of_batches_equals_one_array(filt, data):

@@ -28,16 +28,20 @@ def run(
     (default: all the others) are streamed. Prints the number of features as the stream grows,
     and the held-out log predictive per image (importance sampling with ``num_samples`` draws)
     next to the same filter restricted to one feature, with the paired standard error of the
-    difference. Saves two figures, the number of features against the number of observations
-    and the learned features as images, and returns their paths. ``mass``, ``sigma_a`` and
-    ``sigma_o`` are those of :func:`numpyro_bnp.models.linear_gaussian` (``mass`` = the IBP's α).
+    difference, and the held-out score along the stream (after 10 %, 30 % and all of the
+    training images, :func:`numpyro_bnp.infer.streaming.learning_curve`: a curve that stops
+    rising means the filter stopped learning). Saves three figures, the number of features
+    against the number of observations with the prior's ``E[Λ_n]``, the learned features as
+    images and the held-out score along the stream, and returns their paths. ``mass``,
+    ``sigma_a`` and ``sigma_o`` are those of :func:`numpyro_bnp.models.linear_gaussian`
+    (``mass`` = the IBP's α).
     """
     from sklearn.datasets import load_digits
 
     from numpyro_bnp.distributions import RecursiveIBP
-    from numpyro_bnp.infer import RIBPFilter
+    from numpyro_bnp.infer import RIBPFilter, streaming
     from numpyro_bnp.models import linear_gaussian
-    from numpyro_bnp.plots import plot_feature_count, plot_feature_grid
+    from numpyro_bnp.plots import plot_feature_count, plot_feature_grid, plot_learning_curve
 
     images = load_digits().data / 16.0
     order = np.random.default_rng(seed).permutation(len(images))
@@ -45,13 +49,33 @@ def run(
     train = images[order[: len(images) - num_test if num_train is None else num_train]]
     kwargs = dict(num_obs=1, dim=64, mass=mass, sigma_a=sigma_a, sigma_o=sigma_o)
 
+    scores = []  # per-image held-out log predictive at each point of the curve
+
+    def held_out(result):
+        scores.append(
+            np.asarray(
+                result.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_samples)
+            )
+        )
+        return scores[-1]
+
     start = time.perf_counter()
     filt = RIBPFilter(linear_gaussian, max_features=48)
     result = filt.run(random.PRNGKey(seed), train, chunk_size=256, progress_bar=False, **kwargs)
     elapsed = time.perf_counter() - start
-    score = np.asarray(
-        result.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_samples)
+    # the same stream again in segments, scored after each (its end state equals `result`'s)
+    eval_at = sorted({max(1, round(f * len(train))) for f in (0.1, 0.3)} | {len(train)})
+    curve = streaming.learning_curve(
+        filt,
+        random.PRNGKey(seed),
+        train,
+        held_out,
+        eval_at=eval_at,
+        chunk_size=256,
+        progress_bar=False,
+        **kwargs,
     )
+    score = scores[-1]
     with warnings.catch_warnings():  # one slot is (knowingly) truncated
         warnings.simplefilter("ignore", RuntimeWarning)
         single = RIBPFilter(linear_gaussian, max_features=1).run(
@@ -75,11 +99,16 @@ def run(
         f"{single_score.mean():.2f}, difference {gap.mean():.2f} ± "
         f"{gap.std(ddof=1) / np.sqrt(len(gap)):.2f} (s.e.)"
     )
+    print(
+        "held-out log predictive per image along the stream: "
+        + ", ".join(f"{m:.2f} ± {s:.2f} after {t}" for t, m, s in zip(*curve[:3], strict=True))
+    )
 
     os.makedirs(out_dir, exist_ok=True)
     paths = [
         os.path.join(out_dir, "ribp_digits_feature_count.png"),
         os.path.join(out_dir, "ribp_digits_features.png"),
+        os.path.join(out_dir, "ribp_digits_learning_curve.png"),
     ]
     expected = RecursiveIBP(mass, 1.0, num_rows=len(train), max_features=1).expected_num_features()
     plot_feature_count(result.time, result.traces["num_features"], expected=expected).savefig(
@@ -87,4 +116,8 @@ def run(
     )
     grid = plot_feature_grid(result.features["mean"], (8, 8), probs=result.feature_probs)
     grid.savefig(paths[1], dpi=100)
+    references = {"one-feature model": single_score.mean()}
+    plot_learning_curve(curve, references=references, label="R-IBP filter").savefig(
+        paths[2], dpi=100
+    )
     return paths

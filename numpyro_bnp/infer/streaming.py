@@ -20,6 +20,8 @@ state`` and a pure, jittable ``update(state, obs) -> (state, info)`` for ONE obs
 * :class:`StreamingResult` holds the final state and the per-step traces; it exports to ArviZ
   (posterior draws as ``(chain, draw, ...)``, the traces in a ``stream`` group over ``time``),
   draws model-shaped samples for :class:`numpyro.infer.Predictive`, and pickles;
+* :func:`learning_curve` streams data in segments and scores held-out rows after each, so a
+  user sees whether more data helps;
 * :func:`model_arguments` fills in a model's ``num_obs`` (the stream is unbounded, the model is
   traced for one row) and :func:`read_checkpoint` reads a checkpoint's record (the engine's
   options and the model arguments) without an engine, so that an engine can be rebuilt from it.
@@ -30,6 +32,7 @@ What the loop needs from an engine besides ``update`` is the :class:`StreamingEn
 
 import inspect
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +53,7 @@ from numpyro_bnp.infer._streaming_engine import StreamingEngine, check_engine
 
 __all__ = [
     "BadBatchError",
+    "LearningCurve",
     "NonFiniteStateError",
     "NotStorable",
     "StreamingEngine",
@@ -57,6 +61,7 @@ __all__ = [
     "check_batch",
     "check_model_summary",
     "chunk_scanner",
+    "learning_curve",
     "load",
     "model_arguments",
     "num_rows",
@@ -366,6 +371,63 @@ def model_arguments(model, model_args, model_kwargs, *, num_obs=1):
         return model_kwargs
     model_kwargs["num_obs"] = num_obs
     return model_kwargs
+
+
+class LearningCurve(NamedTuple):
+    """A held-out score over a stream (:func:`learning_curve`).
+
+    :ivar time: ``(T,)`` observations absorbed at each evaluation.
+    :ivar mean: ``(T,)`` mean score per held-out row.
+    :ivar se: ``(T,)`` its standard error over the rows (``std / sqrt(M)``).
+    :ivar result: the engine's result at the end of the stream.
+    """
+
+    time: np.ndarray
+    mean: np.ndarray
+    se: np.ndarray
+    result: object
+
+
+def learning_curve(engine, rng_key, data, score, *model_args, eval_at, **options):
+    """Stream ``data`` through ``engine`` and score held-out rows after each of ``eval_at`` rows.
+
+    The stream is run in segments that end at ``eval_at`` (each continues the previous state
+    with ``init_state``, so the final state equals one run over ``data``), and ``score(result)``
+    is called after each; it returns the per-row score of the user's held-out rows, e.g.
+    ``lambda r: r.log_predictive(test, rng_key=key)``. A curve that does not rise with the
+    number of observations means the engine stopped learning.
+
+    :param engine: a streaming engine of this library (``RIBPFilter``, ``ADFNRM``, ...).
+    :param data: ``(n, D)`` rows.
+    :param score: ``result -> (M,)`` scores.
+    :param eval_at: increasing observation counts in ``1..n``.
+    :param options: the engine's ``run`` options (``chunk_size``, ``progress_bar``, ...) and
+        model keyword arguments.
+    :return: :class:`LearningCurve`.
+    """
+    num = data.shape[0] if hasattr(data, "shape") and len(data.shape) == 2 else None
+    if num is None:
+        raise TypeError("data must be an array (n, D) for a learning curve")
+    ends = np.asarray(eval_at)
+    if (
+        ends.ndim != 1
+        or ends.size == 0
+        or ends.dtype.kind not in "iu"
+        or np.any(np.diff(ends) <= 0)
+        or ends[0] < 1
+        or ends[-1] > num
+    ):
+        raise ValueError(
+            f"eval_at must be increasing integers in 1..{num} (the rows of data), got {eval_at!r}"
+        )
+    result, means, ses = None, [], []
+    for start, stop in zip(np.concatenate([[0], ends[:-1]]), ends, strict=True):
+        state = None if result is None else result.state
+        result = engine.run(rng_key, data[start:stop], *model_args, init_state=state, **options)
+        values = np.asarray(score(result), np.float64)
+        means.append(values.mean())
+        ses.append(values.std(ddof=1) / np.sqrt(values.size) if values.size > 1 else np.nan)
+    return LearningCurve(ends, np.array(means), np.array(ses), result)
 
 
 class StreamingResult:
