@@ -66,6 +66,18 @@ def check_state(filt, state, name):
         "num_seen": (),
         "truncation": (),
     }
+    if "buffer" in fields:  # the memoized update's statistics and buffer
+        rows = fields["buffer"].shape[0] if fields["buffer"].ndim == 2 else -1
+        shapes.update(
+            gram=(capacity, capacity),
+            cross=(capacity, dim),
+            born=(capacity,),
+            buffer=(filt.memo_options.buffer_size, dim),
+            **{
+                f: (rows, capacity)
+                for f in ("buffer_logit", "buffer_use", "buffer_coef", "buffer_moment")
+            },
+        )
     for field, shape in shapes.items():
         value = fields[field]
         if value.shape != shape:
@@ -73,7 +85,9 @@ def check_state(filt, state, name):
                 f"{name}.{field} must have shape {shape} (K = {capacity} slots, from "
                 f"{name}.mean), got {value.shape}"
             )
-        want = np.dtype(np.int32) if field == "num_seen" else np.dtype(filt.dtype)
+        want = {"num_seen": np.dtype(np.int32), "born": np.dtype(bool)}.get(
+            field, np.dtype(filt.dtype)
+        )
         if value.dtype != want:
             raise ValueError(
                 f"{name}.{field} must have dtype {want} (the filter's dtype), got {value.dtype}"

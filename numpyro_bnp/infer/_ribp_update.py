@@ -130,7 +130,9 @@ class RIBPConstants(NamedTuple):
         own (generic kind), else ``None``.
     :ivar int num_steps: coordinate-ascent sweeps per observation.
     :ivar int newton_steps: Newton steps per slot and sweep (generic kind).
-    :ivar str feature_update: ``"paper"``, ``"birth"`` or ``"collapsed"`` (module docstring).
+    :ivar str feature_update: ``"paper"``, ``"birth"``, ``"collapsed"`` (module docstring) or
+        ``"memoized"`` (:mod:`numpyro_bnp.infer._ribp_memoized`, which fits rows with the
+        features held fixed here).
     :ivar bool ossify: apply the ossification average (paper App. B.2).
     :ivar float retire_threshold: existence probability below which a hole is retired.
     """
@@ -312,9 +314,10 @@ def born_slots(const, state):
     """``(K, 1)`` mask of the slots scored with the feature integrated out, or ``None``.
 
     ``"collapsed"``: every slot. ``"birth"``: the unborn slots, whose existence probability
-    is below ``retire_threshold`` (see the module docstring). ``"paper"``: none.
+    is below ``retire_threshold`` (see the module docstring). ``"paper"`` and ``"memoized"``:
+    none.
     """
-    if const.feature_update == "paper":
+    if const.feature_update not in ("birth", "collapsed"):
         return None
     if const.feature_update == "collapsed":
         return jnp.ones_like(state.existence, bool)[:, None]

@@ -71,10 +71,18 @@ from numpyro_bnp._checks import (
     prng_key,
     unit_interval,
 )
+from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
-from numpyro_bnp.infer import _ribp_checks, _ribp_predictive, _ribp_update, streaming
+from numpyro_bnp.infer import (
+    _ribp_checks,
+    _ribp_memoized,
+    _ribp_predictive,
+    _ribp_update,
+    streaming,
+)
 from numpyro_bnp.infer._model import model_cache_key, read_feature_model
 from numpyro_bnp.infer._model_engine import ModelEngine
+from numpyro_bnp.infer._ribp_memoized import MemoOptions, RIBPMemoState
 from numpyro_bnp.infer._ribp_refine import refine_state
 from numpyro_bnp.infer._ribp_update import RIBPConstants, RIBPInfo, RIBPState
 
@@ -93,8 +101,16 @@ class RIBPFilter(ModelEngine):
         starts from a capacity for one row (at least 16) and doubles it when needed.
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
-    :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"``; see
-        :mod:`numpyro_bnp.infer._ribp_update`.
+    :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"`` (see
+        :mod:`numpyro_bnp.infer._ribp_update`), or ``"memoized"`` (Gaussian likelihoods:
+        features from accumulated statistics, a revisited buffer of recent rows, births and
+        deletes; see :mod:`numpyro_bnp.infer._ribp_memoized`).
+    :param int buffer_size: ``"memoized"``: recent rows kept and revisited.
+    :param int refresh_every: ``"memoized"``: rows between refreshes (revisit, births, deletes).
+    :param int max_births: ``"memoized"``: birth moves tried per refresh.
+    :param int num_seeds: ``"memoized"``: buffer rows a birth candidate is grown from.
+    :param float min_use: ``"memoized"``: a born feature whose expected number of rows using it
+        falls below this is deleted.
     :param bool ossify: apply the ossification average (paper App. B.2); on by default.
     :param int newton_steps: Newton steps per slot and sweep in the generic path (each one
         safeguarded, see :mod:`numpyro_bnp.infer._ribp_update`).
@@ -127,14 +143,19 @@ class RIBPFilter(ModelEngine):
         "max_features",
         "likelihood",
         "feature_update",
+        "buffer_size",
+        "refresh_every",
+        "max_births",
+        "num_seeds",
+        "min_use",
         "ossify",
         "newton_steps",
         "retire_threshold",
         "truncation_tol",
         "dtype",
     )
-    # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine)
-    state_type = RIBPState
+    # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine); state_type is set
+    # by the constructor (RIBPMemoState for feature_update="memoized")
     progress_key = "num_features"
     progress_label = "features"
     capacity_option = "max_features"
@@ -147,6 +168,11 @@ class RIBPFilter(ModelEngine):
         max_features=None,
         likelihood="auto",
         feature_update="paper",
+        buffer_size=256,
+        refresh_every=32,
+        max_births=4,
+        num_seeds=8,
+        min_use=1.0,
         ossify=True,
         newton_steps=1,
         retire_threshold=1e-3,
@@ -158,10 +184,23 @@ class RIBPFilter(ModelEngine):
             num_steps = positive_int(num_steps, "num_steps")
         if max_features is not None:
             max_features = positive_int(max_features, "max_features")
-        if feature_update not in ("birth", "collapsed", "paper"):
+        if feature_update not in ("birth", "collapsed", "memoized", "paper"):
             raise ValueError(
-                f"feature_update must be 'birth', 'collapsed' or 'paper', got {feature_update!r}"
+                "feature_update must be 'birth', 'collapsed', 'memoized' or 'paper', got "
+                f"{feature_update!r}"
             )
+        if not (isinstance(min_use, int | float) and np.isfinite(min_use) and min_use > 0):
+            raise ValueError(f"min_use must be a positive number, got {min_use!r}")
+        self.memo_options = MemoOptions(
+            buffer_size=positive_int(buffer_size, "buffer_size"),
+            refresh_every=positive_int(refresh_every, "refresh_every"),
+            max_births=positive_int(max_births, "max_births"),
+            num_seeds=positive_int(num_seeds, "num_seeds"),
+            min_use=float(min_use),
+        )
+        if self.memo_options.num_seeds > self.memo_options.buffer_size:
+            raise ValueError(f"num_seeds ({num_seeds}) must not exceed buffer_size ({buffer_size})")
+        self.state_type = RIBPMemoState if feature_update == "memoized" else RIBPState
         if likelihood not in ("auto", "generic"):
             raise ValueError(f"likelihood must be 'auto' or 'generic', got {likelihood!r}")
         newton_steps = positive_int(newton_steps, "newton_steps")
@@ -172,6 +211,8 @@ class RIBPFilter(ModelEngine):
         self.max_features = max_features
         self.likelihood = likelihood
         self.feature_update = feature_update
+        self.buffer_size, self.refresh_every = buffer_size, refresh_every
+        self.max_births, self.num_seeds, self.min_use = max_births, num_seeds, min_use
         self.ossify = bool(ossify)
         self.newton_steps = newton_steps
         self.retire_threshold = retire_threshold
@@ -189,6 +230,11 @@ class RIBPFilter(ModelEngine):
             "max_features": self.max_features,
             "likelihood": self.likelihood,
             "feature_update": self.feature_update,
+            "buffer_size": self.memo_options.buffer_size,
+            "refresh_every": self.memo_options.refresh_every,
+            "max_births": self.memo_options.max_births,
+            "num_seeds": self.memo_options.num_seeds,
+            "min_use": self.memo_options.min_use,
             "ossify": self.ossify,
             "newton_steps": self.newton_steps,
             "retire_threshold": float(self.retire_threshold),
@@ -213,6 +259,13 @@ class RIBPFilter(ModelEngine):
                 f"(sites: {'; '.join(spec.site_summary)})"
             )
         _ribp_checks.check_constants(spec, self.dtype)
+        if self.feature_update == "memoized" and kind == "generic":
+            raise ValueError(
+                "RIBPFilter(feature_update='memoized') expected a Gaussian likelihood "
+                "(obs ~ Normal(Z @ A, σ) or Normal((Z * W) @ A, σ)); the model's observed site "
+                f"{spec.obs_site!r} is not one: use feature_update='paper' "
+                f"(sites: {'; '.join(spec.site_summary)})"
+            )
         dt = self.dtype
         self.spec, self.kind = spec, kind
         self.dim = spec.dim
@@ -235,7 +288,10 @@ class RIBPFilter(ModelEngine):
             retire_threshold=self.retire_threshold,
         )
         self._spec_key = key
-        self.scan_chunk = streaming.chunk_scanner(self.update)
+        if self.feature_update == "memoized":
+            self.scan_chunk = _ribp_memoized.chunk_scanner(self.constants, self.memo_options)
+        else:
+            self.scan_chunk = streaming.chunk_scanner(self.update)
         self._log_predictive_fns = {}
         self._feature_use_fn = None
 
@@ -260,6 +316,8 @@ class RIBPFilter(ModelEngine):
     def empty(self, capacity):
         """The state of no observations with ``capacity`` slots (every feature at its prior)."""
         self._require_init()
+        if self.feature_update == "memoized":
+            return _ribp_memoized.empty(self.constants, self.memo_options, capacity)
         return _ribp_update.empty(self.constants, capacity)
 
     # ------------------------------------------------------------------ streaming protocol
@@ -303,11 +361,31 @@ class RIBPFilter(ModelEngine):
 
     def grow(self, state, capacity):
         """Pad ``state`` with fresh slots up to ``capacity`` (outside ``jit``)."""
-        fresh = self.empty(capacity - self.capacity(state))
-        return RIBPState(
-            *(jnp.concatenate([a, b]) for a, b in zip(state[:4], fresh[:4], strict=True)),
-            num_seen=state.num_seen,
+        extra = capacity - self.capacity(state)
+        fresh = self.empty(extra)
+        grown = state._replace(
+            **{
+                f: jnp.concatenate([getattr(state, f), getattr(fresh, f)])
+                for f in ("mean", "var", "running_sum", "existence")
+            },
             truncation=jnp.zeros_like(state.truncation),
+        )
+        if self.feature_update != "memoized":
+            return grown
+        # slots that did not exist when the buffer's rows were fitted: the smallest prior
+        floor = float(logit(jnp.finfo(self.dtype).eps))
+        rows = state.buffer.shape[0]
+        return grown._replace(
+            gram=jnp.pad(state.gram, ((0, extra), (0, extra))),
+            cross=jnp.concatenate([state.cross, fresh.cross]),
+            born=jnp.concatenate([state.born, fresh.born]),
+            buffer_logit=jnp.concatenate(
+                [state.buffer_logit, jnp.full((rows, extra), floor, self.dtype)], axis=1
+            ),
+            **{
+                f: jnp.pad(getattr(state, f), ((0, 0), (0, extra)))
+                for f in ("buffer_use", "buffer_coef", "buffer_moment")
+            },
         )
 
     # ------------------------------------------------------------------ the update
@@ -322,6 +400,8 @@ class RIBPFilter(ModelEngine):
         See :func:`numpyro_bnp.infer._ribp_update.update`.
         """
         self._require_init()
+        if self.feature_update == "memoized":
+            return _ribp_memoized.update(self.constants, self.memo_options, state, obs)
         return _ribp_update.update(self.constants, state, obs)
 
     # ------------------------------------------------------------------ running a stream
@@ -386,6 +466,11 @@ class RIBPFilter(ModelEngine):
             log-likelihood plus entropy per row, up to constants), one value per pass.
         """
         self._require_init()
+        if self.feature_update == "memoized":
+            raise ValueError(
+                "RIBPFilter.refine refines the paper's update (feature_update='paper'); the "
+                "memoized update revisits its buffer of recent rows itself"
+            )
         if self.kind != "linear_gaussian":
             raise ValueError(
                 "RIBPFilter.refine expected a linear-Gaussian model (obs ~ Normal(Z @ A, σ)); "
