@@ -126,6 +126,7 @@ def plot_learning_curve(curve, *, references=None, ax=None, label="this engine")
         else:
             ax.plot(time, value, "--", label=name)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())  # labels on the decades only
     ax.set_xlabel("observations n")
     ax.set_ylabel("held-out log predictive per row")
     ax.legend(fontsize=8)

@@ -460,8 +460,7 @@ def refresh(const, options, state):
     """Revisit the buffer, try ``max_births`` births, revisit again, delete unused born
     features and retire holes; the features are then solved from the statistics."""
     state = revisit(const, options, state)
-    for _ in range(options.max_births):
-        state = birth(const, options, state)
+    state = lax.fori_loop(0, options.max_births, lambda _, s: birth(const, options, s), state)
     state = revisit(const, options, state)
     state = retire_holes(const, delete_unused(const, options, state))
     mean, var = solve_features(const, state.gram, state.cross)
