@@ -78,6 +78,9 @@ def test_learning_curve_scores_the_states_of_one_stream(filt, data):
     np.testing.assert_allclose(curve.mean[1], part.mean(), rtol=1e-6)
     np.testing.assert_allclose(curve.se[1], part.std(ddof=1) / np.sqrt(len(part)), rtol=1e-6)
     np.testing.assert_array_equal(curve.time, [10, 60, 250])
+    np.testing.assert_array_equal(curve.result.time, np.arange(1, 251))  # the whole stream's
+    for key, trace in full.traces.items():
+        np.testing.assert_array_equal(curve.result.traces[key], trace)
     assert curve.mean[-1] - curve.mean[0] > 3 * np.hypot(curve.se[-1], curve.se[0])
     fig = plot_learning_curve(curve, references={"noise only": -2.5})
     (ax,) = fig.axes

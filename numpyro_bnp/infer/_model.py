@@ -398,7 +398,11 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     if others or len(weights) > 1:
         fail(
             "only the IBP, feature, optional (N, K) Normal weight and observed sites "
-            f"(unexpected latent sites: {others + [s['name'] for s in weights[1:]]})"
+            f"(unexpected latent sites: {others + [s['name'] for s in weights[1:]]}; the "
+            "engines of feature models do not learn hyper-parameters such as the noise scale or "
+            "the IBP's mass yet: make them model arguments with fixed values, and compare "
+            "values by the held-out score of a validation split, see "
+            "numpyro_bnp.infer.streaming.learning_curve)"
         )
     weights = weights[0] if weights else None
 

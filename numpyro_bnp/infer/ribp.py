@@ -154,8 +154,8 @@ class RIBPFilter(ModelEngine):
         "truncation_tol",
         "dtype",
     )
-    # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine); state_type is set
-    # by the constructor (RIBPMemoState for feature_update="memoized")
+    # the streaming protocol (numpyro_bnp.infer.streaming.StreamingEngine); state_type is a
+    # property (RIBPMemoState for feature_update="memoized")
     progress_key = "num_features"
     progress_label = "features"
     capacity_option = "max_features"
@@ -191,16 +191,10 @@ class RIBPFilter(ModelEngine):
             )
         if not (isinstance(min_use, int | float) and np.isfinite(min_use) and min_use > 0):
             raise ValueError(f"min_use must be a positive number, got {min_use!r}")
-        self.memo_options = MemoOptions(
-            buffer_size=positive_int(buffer_size, "buffer_size"),
-            refresh_every=positive_int(refresh_every, "refresh_every"),
-            max_births=positive_int(max_births, "max_births"),
-            num_seeds=positive_int(num_seeds, "num_seeds"),
-            min_use=float(min_use),
-        )
-        if self.memo_options.num_seeds > self.memo_options.buffer_size:
+        buffer_size = positive_int(buffer_size, "buffer_size")
+        num_seeds = positive_int(num_seeds, "num_seeds")
+        if num_seeds > buffer_size:
             raise ValueError(f"num_seeds ({num_seeds}) must not exceed buffer_size ({buffer_size})")
-        self.state_type = RIBPMemoState if feature_update == "memoized" else RIBPState
         if likelihood not in ("auto", "generic"):
             raise ValueError(f"likelihood must be 'auto' or 'generic', got {likelihood!r}")
         newton_steps = positive_int(newton_steps, "newton_steps")
@@ -211,8 +205,10 @@ class RIBPFilter(ModelEngine):
         self.max_features = max_features
         self.likelihood = likelihood
         self.feature_update = feature_update
-        self.buffer_size, self.refresh_every = buffer_size, refresh_every
-        self.max_births, self.num_seeds, self.min_use = max_births, num_seeds, min_use
+        self.buffer_size = buffer_size
+        self.refresh_every = positive_int(refresh_every, "refresh_every")
+        self.max_births = positive_int(max_births, "max_births")
+        self.num_seeds, self.min_use = num_seeds, float(min_use)
         self.ossify = bool(ossify)
         self.newton_steps = newton_steps
         self.retire_threshold = retire_threshold
@@ -220,6 +216,19 @@ class RIBPFilter(ModelEngine):
         self.dtype = floating_dtype(dtype)
         self.spec = None
         self._spec_key = None
+
+    @property
+    def state_type(self):
+        """The state's class: :class:`RIBPMemoState` for ``feature_update="memoized"``, else
+        :class:`RIBPState`."""
+        return RIBPMemoState if self.feature_update == "memoized" else RIBPState
+
+    @property
+    def memo_options(self):
+        """The memoized update's options as a :class:`MemoOptions`."""
+        return MemoOptions(
+            self.buffer_size, self.refresh_every, self.max_births, self.num_seeds, self.min_use
+        )
 
     # ------------------------------------------------------------------ record and pickling
     @property

@@ -379,7 +379,8 @@ class LearningCurve(NamedTuple):
     :ivar time: ``(T,)`` observations absorbed at each evaluation.
     :ivar mean: ``(T,)`` mean score per held-out row.
     :ivar se: ``(T,)`` its standard error over the rows (``std / sqrt(M)``).
-    :ivar result: the engine's result at the end of the stream.
+    :ivar result: the engine's result at the end of the stream, with the traces of the whole
+        stream.
     """
 
     time: np.ndarray
@@ -420,14 +421,17 @@ def learning_curve(engine, rng_key, data, score, *model_args, eval_at, **options
         raise ValueError(
             f"eval_at must be increasing integers in 1..{num} (the rows of data), got {eval_at!r}"
         )
-    result, means, ses = None, [], []
+    result, means, ses, parts = None, [], [], []
     for start, stop in zip(np.concatenate([[0], ends[:-1]]), ends, strict=True):
         state = None if result is None else result.state
         result = engine.run(rng_key, data[start:stop], *model_args, init_state=state, **options)
+        parts.append(result)
         values = np.asarray(score(result), np.float64)
         means.append(values.mean())
         ses.append(values.std(ddof=1) / np.sqrt(values.size) if values.size > 1 else np.nan)
-    return LearningCurve(ends, np.array(means), np.array(ses), result)
+    traces = {k: np.concatenate([p.traces[k] for p in parts]) for k in result.traces}
+    whole = type(result)(engine, result.state, traces, np.concatenate([p.time for p in parts]))
+    return LearningCurve(ends, np.array(means), np.array(ses), whole)
 
 
 class StreamingResult:
