@@ -29,6 +29,13 @@ unborn slots, or all, with the feature integrated out. After each observation th
 whose existence probability is below ``retire_threshold`` while a later slot's is above it) are
 reset to the prior and moved behind the live slots.
 
+**The memoized update** (``feature_update="memoized"``, Gaussian likelihoods,
+:mod:`numpyro_bnp.infer._ribp_memoized`): the same filtering prior and existence bookkeeping,
+but the features are the exact Gaussian posterior given accumulated statistics, a buffer of
+recent rows is revisited every few rows, and features are born from the buffer's residuals and
+deleted when unused; its held-out score keeps improving along the stream where the paper's
+update stops (``docs/ribp.md``).
+
 **Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
 one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
 feature unfrozen, birth and death moves (:mod:`numpyro_bnp.infer._ribp_refine`). It brings the
@@ -239,11 +246,11 @@ class RIBPFilter(ModelEngine):
             "max_features": self.max_features,
             "likelihood": self.likelihood,
             "feature_update": self.feature_update,
-            "buffer_size": self.memo_options.buffer_size,
-            "refresh_every": self.memo_options.refresh_every,
-            "max_births": self.memo_options.max_births,
-            "num_seeds": self.memo_options.num_seeds,
-            "min_use": self.memo_options.min_use,
+            "buffer_size": self.buffer_size,
+            "refresh_every": self.refresh_every,
+            "max_births": self.max_births,
+            "num_seeds": self.num_seeds,
+            "min_use": self.min_use,
             "ossify": self.ossify,
             "newton_steps": self.newton_steps,
             "retire_threshold": float(self.retire_threshold),
@@ -349,7 +356,10 @@ class RIBPFilter(ModelEngine):
         var), ``(K,)`` (running_sum, existence) and ``()`` (num_seen, truncation) for the
         model's ``D``, the filter's dtype (num_seen: int32), finite values in range (var > 0,
         running_sum >= 0, existence and truncation in [0, 1], num_seen >= 0), and ``K`` equal
-        to ``max_features`` when the filter fixes it.
+        to ``max_features`` when the filter fixes it. With ``feature_update="memoized"`` it is
+        an :class:`~numpyro_bnp.infer._ribp_memoized.RIBPMemoState` whose statistics have the
+        shapes ``(K, K)``, ``(K, D)``, ``(K,)`` (bool) and whose buffer has ``buffer_size``
+        rows.
 
         :raises TypeError: when ``state`` is not an :class:`RIBPState`.
         :raises ValueError: naming the first field that does not fit.
