@@ -351,6 +351,20 @@ def num_matched(learned, truth):
     return int(np.sum(np.sqrt(dist2.min(1)) < MATCH_TOL * np.linalg.norm(truth, axis=1)))
 
 
+def timed_fit(fit, test, true_feats, num_is):
+    """Run ``fit()`` (a filter run or a refinement) and score it on ``test``.
+
+    :return: ``(result, (per-row log predictive, found, matched, fit seconds))``.
+    """
+    t0 = time.perf_counter()
+    result = fit()
+    jax.block_until_ready(result.state)
+    seconds = time.perf_counter() - t0
+    lp = result.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_is)
+    feats = result.features["mean"]
+    return result, (np.asarray(lp, np.float64), len(feats), num_matched(feats, true_feats), seconds)
+
+
 def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
     """Section 3: held-out NLL per observation and features recovered, one table.
 
@@ -403,47 +417,19 @@ def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
 
         for mode in ("memoized", "paper"):
             filt = RIBPFilter(linear_gaussian, feature_update=mode)
-            t0 = time.perf_counter()
-            res = filt.run(random.PRNGKey(0), train, chunk_size=512, progress_bar=False, **KWARGS)
-            jax.block_until_ready(res.state)
-            seconds = time.perf_counter() - t0
-            lp = np.asarray(
-                res.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_is), np.float64
+            fit = functools.partial(
+                filt.run, random.PRNGKey(0), train, chunk_size=512, progress_bar=False, **KWARGS
             )
+            res, row = timed_fit(fit, test, true_feats, num_is)
+            note = f"IS {num_is}; ρ_N = {res.traces['num_features'][-1]:.1f}"
             rows.append(
-                (
-                    n,
-                    f"R-IBP filter, feature_update={mode!r}",
-                    lp,
-                    res.features["mean"].shape[0],
-                    num_matched(res.features["mean"], true_feats),
-                    true_k,
-                    seconds,
-                    f"IS {num_is}; ρ_N = {res.traces['num_features'][-1]:.1f}",
-                )
+                (n, f"R-IBP filter, feature_update={mode!r}", *row[:3], true_k, row[3], note)
             )
-
-        for start in ("filter", "empty"):
-            t0 = time.perf_counter()
-            refined = res.refine(train, num_passes=REFINE_PASSES, start=start)
-            jax.block_until_ready(refined.state)
-            seconds = time.perf_counter() - t0
-            lp = np.asarray(
-                refined.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_is),
-                np.float64,
-            )
-            rows.append(
-                (
-                    n,
-                    f"  + refine, start={start!r}",
-                    lp,
-                    refined.features["mean"].shape[0],
-                    num_matched(refined.features["mean"], true_feats),
-                    true_k,
-                    seconds,
-                    f"IS {num_is}; {REFINE_PASSES} passes",
-                )
-            )
+        for start in ("filter", "empty"):  # refinement of the paper's update (the last `res`)
+            fit = functools.partial(res.refine, train, num_passes=REFINE_PASSES, start=start)
+            row = timed_fit(fit, test, true_feats, num_is)[1]
+            note = f"IS {num_is}; {REFINE_PASSES} passes"
+            rows.append((n, f"  + refine, start={start!r}", *row[:3], true_k, row[3], note))
 
         if hmc and n == sizes[0]:
             truncation = 16 * -(-int(1.1 * true_k) // 16)  # >= the truth, a multiple of 16

@@ -25,6 +25,13 @@ def _pyplot():
     return plt
 
 
+def _small_axes(ax):
+    """``(figure, axes)``: ``ax`` and its figure, or a new 4.5 x 3 inch figure."""
+    if ax is not None:
+        return ax.figure, ax
+    return _pyplot().subplots(figsize=(4.5, 3.0), layout="constrained")
+
+
 def plot_ibp_marginals(exact, estimate, titles=None, *, pairs_per_row=1):
     """Monte-Carlo estimates next to exact IBP marginals (R-IBP paper, Fig. 3).
 
@@ -85,11 +92,7 @@ def plot_feature_count(time, num_features, *, truth=None, expected=None, ax=None
     :param expected: optional ``(T,)`` prior expectation ``E[Λ_n] = α H^β_n``.
     :return: the figure.
     """
-    plt = _pyplot()
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(4.5, 3.0), layout="constrained")
-    else:
-        fig = ax.figure
+    fig, ax = _small_axes(ax)
     ax.plot(time, num_features, label="R-IBP filter")
     if truth is not None:
         ax.plot(time, truth, "--", label="truth")
@@ -112,11 +115,7 @@ def plot_learning_curve(curve, *, references=None, ax=None, label="this engine")
     :param str label: the curve's legend label.
     :return: the figure.
     """
-    plt = _pyplot()
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(4.5, 3.0), layout="constrained")
-    else:
-        fig = ax.figure
+    fig, ax = _small_axes(ax)
     time, mean, se = (np.asarray(v, float) for v in (curve.time, curve.mean, curve.se))
     ax.errorbar(time, mean, yerr=2 * se, marker="o", capsize=3, label=label)
     for name, value in (references or {}).items():
@@ -126,7 +125,7 @@ def plot_learning_curve(curve, *, references=None, ax=None, label="this engine")
         else:
             ax.plot(time, value, "--", label=name)
     ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(plt.NullFormatter())  # labels on the decades only
+    ax.xaxis.set_minor_formatter(_pyplot().NullFormatter())  # labels on the decades only
     ax.set_xlabel("observations n")
     ax.set_ylabel("held-out log predictive per row")
     ax.legend(fontsize=8)
