@@ -5,7 +5,7 @@ from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
 from numpyro_bnp.infer.nrm import ADFNRM, NRMInfo, NRMResult, NRMState
 from numpyro_bnp.infer.nrm_ep import EPNRM
 from numpyro_bnp.infer.restricted_gibbs import RestrictedIBPGibbs, RestrictedIBPGibbsState
-from numpyro_bnp.infer.ribp import RIBPFilter, RIBPInfo, RIBPResult, RIBPState
+from numpyro_bnp.infer.ribp import RIBPFilter, RIBPInfo, RIBPMemoState, RIBPResult, RIBPState
 from numpyro_bnp.infer.streaming import (
     BadBatchError,
     NonFiniteStateError,
@@ -29,6 +29,7 @@ __all__ = [
     "NonFiniteStateError",
     "RIBPFilter",
     "RIBPInfo",
+    "RIBPMemoState",
     "RIBPResult",
     "RIBPState",
     "RestrictedIBPGibbs",

@@ -93,7 +93,7 @@ from numpyro_bnp.infer._ribp_memoized import MemoOptions, RIBPMemoState
 from numpyro_bnp.infer._ribp_refine import refine_state
 from numpyro_bnp.infer._ribp_update import RIBPConstants, RIBPInfo, RIBPState
 
-__all__ = ["RIBPFilter", "RIBPInfo", "RIBPResult", "RIBPState"]
+__all__ = ["RIBPFilter", "RIBPInfo", "RIBPMemoState", "RIBPResult", "RIBPState"]
 
 
 class RIBPFilter(ModelEngine):
