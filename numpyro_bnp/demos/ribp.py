@@ -28,7 +28,7 @@ def run(
     The images are shuffled; the last ``num_test`` are held out and the first ``num_train``
     (default: all the others) are streamed. Prints the number of features as the stream grows,
     and the held-out log predictive per image (importance sampling with ``num_samples`` draws)
-    next to the same filter restricted to one feature, with the paired standard error of the
+    next to a filter restricted to one feature, with the paired standard error of the
     difference, and the held-out score along the stream (after 10 %, 30 % and all of the
     training images, :func:`numpyro_bnp.infer.streaming.learning_curve`: a curve that stops
     rising means the filter stopped learning). Saves three figures, the number of features
