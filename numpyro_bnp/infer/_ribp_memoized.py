@@ -38,11 +38,12 @@ from jax import lax
 from jax.scipy.special import gammaln
 
 from numpyro_bnp.infer._ribp_update import (
-    RIBPInfo,
     absorb,
     clipped_prior,
     elbo,
     fit_closed_form,
+    holes,
+    info,
 )
 
 NUM_GROWTH_STEPS = 4  # k-means-like re-estimations of a birth candidate from its rows
@@ -173,17 +174,6 @@ def absorb_row(const, options, state, obs):
     return new, (b, score, beyond)
 
 
-def _info(const, state, b, score, beyond):
-    exists = state.existence
-    return RIBPInfo(
-        num_features=jnp.sum(exists),
-        num_active=jnp.sum(exists > 0.5).astype(jnp.int32),
-        num_used=jnp.sum(b),
-        elbo=score,
-        truncation=beyond.astype(const.dtype),
-    )
-
-
 def _refresh_if_due(const, options, state):
     due = state.num_seen % options.refresh_every == 0
     return lax.cond(due, lambda s: refresh(const, options, s), lambda s: s, state)
@@ -196,7 +186,7 @@ def update(const, options, state, obs):
     same states faster."""
     new, (b, score, beyond) = absorb_row(const, options, state, obs)
     new = _refresh_if_due(const, options, new)
-    return new, _info(const, new, b, score, beyond)
+    return new, info(const, new, jnp.sum(b), score, beyond)
 
 
 def chunk_scanner(const, options):
@@ -216,7 +206,7 @@ def chunk_scanner(const, options):
 
         def take(state, obs):
             new, (b, score, beyond) = absorb_row(const, options, state, obs)
-            return new, _info(const, new, b, score, beyond)
+            return new, info(const, new, jnp.sum(b), score, beyond)
 
         def skip(state, obs):
             shapes = jax.eval_shape(take, state, obs)[1]
@@ -234,11 +224,11 @@ def chunk_scanner(const, options):
             state,
         )
         # a refresh changes the counts: the group's last row reports them after it
-        last = _info(const, state, jnp.zeros(()), infos.elbo[-1], infos.truncation[-1])
+        last = info(const, state, infos.num_used[-1], infos.elbo[-1], infos.truncation[-1])
         infos = jax.tree.map(
             lambda trace, end: trace.at[-1].set(jnp.where(inputs[1][-1], end, trace[-1])),
             infos,
-            last._replace(num_used=infos.num_used[-1]),
+            last,
         )
         return state, infos
 
@@ -433,14 +423,7 @@ def delete_unused(const, options, state):
 def retire_holes(const, state):
     """Move the holes (slots with existence below ``retire_threshold`` before a live slot) behind
     the live slots, keeping the live slots' order, with every slot-indexed field."""
-    exists = state.existence
-    later = lax.cummax(exists[::-1])[::-1]
-    later = jnp.concatenate([later[1:], jnp.zeros_like(later[:1])])
-    hole = (exists < const.retire_threshold) & (later >= const.retire_threshold)
-    live = ~hole
-    slot = jnp.arange(hole.shape[0])
-    target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
-    order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
+    order = holes(const, state.existence)[1]
     return state._replace(
         mean=state.mean[order],
         var=state.var[order],

@@ -187,15 +187,20 @@ def update(const, state, obs):
     score = elbo(const, state, obs, q, b, local)
     *statistics, beyond = absorb(const, state, q, b)
     new = retire_holes(const, RIBPState(mean, var, *statistics))
-    exists = new.existence
-    info = RIBPInfo(
+    return new, info(const, new, jnp.sum(b), score, beyond)
+
+
+def info(const, state, num_used, score, beyond):
+    """The :class:`RIBPInfo` of a step that left ``state``: ``num_used = Σ_k b_k`` of the row,
+    its ELBO ``score`` and the prior mass ``beyond`` the capacity."""
+    exists = state.existence
+    return RIBPInfo(
         num_features=jnp.sum(exists),
         num_active=jnp.sum(exists > 0.5).astype(jnp.int32),
-        num_used=jnp.sum(b),
+        num_used=num_used,
         elbo=score,
         truncation=beyond.astype(const.dtype),
     )
-    return new, info
 
 
 def ossify(b, running_sum, new, old, keep=True):
@@ -260,18 +265,9 @@ def retire_holes(const, state):
     A hole is a slot whose existence probability is below ``retire_threshold`` while a later
     slot's is above it (see the module docstring); the live slots keep their order.
     """
-    exists = state.existence
-    later = lax.cummax(exists[::-1])[::-1]
-    later = jnp.concatenate([later[1:], jnp.zeros_like(later[:1])])
-    hole = (exists < const.retire_threshold) & (later >= const.retire_threshold)
+    hole, order = holes(const, state.existence)
 
     def compact(state):
-        # the stable partition live-then-holes, without a sort: a sort keeps XLA from compiling
-        # the whole chunk loop into one CPU kernel (see numpyro_bnp.xla_cpu)
-        live = ~hole
-        slot = jnp.arange(hole.shape[0])
-        target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
-        order = jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
         moved = hole[order][:, None]
         fresh = empty(const, hole.shape[0])
         mean, var, running_sum, existence = (
@@ -281,6 +277,21 @@ def retire_holes(const, state):
         return state._replace(mean=mean, var=var, running_sum=running_sum, existence=existence)
 
     return lax.cond(jnp.any(hole), compact, lambda s: s, state)
+
+
+def holes(const, existence):
+    """``(hole, order)``: the ``(K,)`` mask of holes (existence below ``retire_threshold`` while a
+    later slot's is above it) and the permutation that moves them behind the live slots, the
+    live slots keeping their order (``new[i] = old[order[i]]``)."""
+    later = lax.cummax(existence[::-1])[::-1]
+    later = jnp.concatenate([later[1:], jnp.zeros_like(later[:1])])
+    hole = (existence < const.retire_threshold) & (later >= const.retire_threshold)
+    # the stable partition live-then-holes, without a sort: a sort keeps XLA from compiling
+    # the whole chunk loop into one CPU kernel (see numpyro_bnp.xla_cpu)
+    live = ~hole
+    slot = jnp.arange(hole.shape[0])
+    target = jnp.where(live, jnp.cumsum(live), jnp.sum(live) + jnp.cumsum(hole)) - 1
+    return hole, jnp.sum(jnp.where(target == slot[:, None], slot, 0), axis=1)
 
 
 def fit_closed_form(const, state, obs, q, prior_logit, *, update_features):
