@@ -19,7 +19,12 @@ Latent feature models (:func:`read_feature_model`) need
   variance may vary over the ``D`` columns);
 * optionally a **weight site**: a ``Normal`` ``(N, K)`` site with one mean and variance for all
   entries (factor analysis);
-* no other latent sample site (deterministic sites are fine).
+* no other latent sample site (deterministic sites are fine), except, for an engine that learns
+  them (``hyper=True``), **hyper-parameter sites**: latent sites whose value sets only the
+  observed ``Normal``'s scale (the noise, e.g. ``sigma_o ~ HalfNormal``, one for all columns or
+  one per column), the IBP's mass ``alpha``, or the prior of another hyper-parameter site. What
+  a site sets is found by tracing the model again with the site at another value and every
+  other latent site held (:class:`HyperSites`).
 
 When the observed site is ``Normal`` with mean ``Z @ A`` (linear-Gaussian) or ``(Z * W) @ A``
 (factor analysis) at the traced values, the engines can use closed-form updates; this is checked
@@ -63,6 +68,7 @@ from numpyro_bnp.distributions import RecursiveIBP, RestrictedBernoulliProcess
 
 __all__ = [
     "FeatureModel",
+    "HyperSites",
     "RestrictedFeatureModel",
     "RestrictedNumbers",
     "TracedSites",
@@ -247,6 +253,189 @@ def linear_gaussian_noise_var(obs, z, a):
     return None
 
 
+START_QUANTILE = 0.1  # of the prior where a hyper-parameter site starts (see HyperSites.init)
+
+
+class HyperSites:
+    """The hyper-parameter sites of a feature model that an engine learns (see the module
+    docstring): the observed ``Normal``'s noise scale, the IBP's mass ``alpha``, and sites that
+    only set their priors.
+
+    Their values travel as one flat vector ``(P,)`` (the sites' values raveled in trace order);
+    :meth:`terms` reads, by tracing the model at those values with every other latent site held
+    at its traced value, what the engine needs. Traceable under ``jit``.
+
+    :ivar names: the sites' names, in trace order.
+    :ivar shapes: their value shapes.
+    :ivar init: ``(P,)`` float64 starting values: quantiles of 1,001 draws of each site from its
+        prior (at the traced values of the other sites), on the side where the model explains
+        more with features, :data:`START_QUANTILE` towards a small noise and a large mass (a
+        site's direction read from the model), the median for a site that sets neither.
+    :ivar sets_noise, sets_mass: whether some site sets the noise scale, the IBP's mass.
+    """
+
+    def __init__(self, model, model_args, model_kwargs, sites, held, obs, ibp, engine):
+        self.names = tuple(s["name"] for s in sites)
+        self.shapes = tuple(tuple(jnp.shape(s["value"])) for s in sites)
+        self.transforms = tuple(dist.biject_to(s["fn"].support) for s in sites)
+        self._draws = [np.asarray(s["fn"].sample(jax.random.PRNGKey(0), (1001,))) for s in sites]
+        self.init = np.concatenate([np.median(d, axis=0).reshape(-1) for d in self._draws])
+        self.sets_noise = self.sets_mass = False
+        self._model, self._args, self._kwargs = model, tuple(model_args), dict(model_kwargs)
+        self._held, self._obs, self._ibp, self._engine = held, obs, ibp, engine
+
+    def start_at(self, name, quantile):
+        """Start the site ``name`` at the elementwise ``quantile`` of its prior draws."""
+        start = sum(
+            int(np.prod(shape, dtype=int)) for shape in self.shapes[: self.names.index(name)]
+        )
+        value = np.quantile(self._draws[self.names.index(name)], quantile, axis=0).reshape(-1)
+        self.init[start : start + value.size] = value
+
+    def trace(self, values):
+        """The model's trace with the hyper-parameter sites at ``values`` (a dict) and the other
+        latent sites at their traced values."""
+        model = handlers.substitute(self._model, data={**self._held, **values})
+        return trace_model(model, self._args, self._kwargs, self._engine)
+
+    def unflatten(self, flat):
+        """``{name: value}`` from the flat vector ``flat`` ``(P,)``."""
+        values, start = {}, 0
+        for name, shape in zip(self.names, self.shapes, strict=True):
+            size = int(np.prod(shape, dtype=int))
+            values[name] = jnp.reshape(flat[start : start + size], shape)
+            start += size
+        return values
+
+    def to_unconstrained(self, flat):
+        """``(P,)`` the sites' values mapped to the real line (``biject_to(support).inv``)."""
+        values = self.unflatten(flat)
+        return jnp.concatenate(
+            [
+                jnp.reshape(t.inv(values[n]), -1)
+                for n, t in zip(self.names, self.transforms, strict=True)
+            ]
+        )
+
+    def from_unconstrained(self, free):
+        """The inverse of :meth:`to_unconstrained`."""
+        values = self.unflatten(free)
+        return jnp.concatenate(
+            [
+                jnp.reshape(t(values[n]), -1)
+                for n, t in zip(self.names, self.transforms, strict=True)
+            ]
+        )
+
+    def terms(self, flat):
+        """``(noise_var (D,) or None, alpha, log_prior)`` at the values ``flat`` ``(P,)``: the
+        observed ``Normal``'s variance per column (``None`` when the likelihood is not
+        ``Normal``), the IBP's mass and the log prior density of the hyper-parameter sites."""
+        values = self.unflatten(flat)
+        tr = self.trace(values)
+        obs = tr[self._obs]
+        noise_var = None
+        if isinstance(unwrap(obs["fn"]), dist.Normal):
+            noise_var = jnp.broadcast_to(unwrap(obs["fn"]).scale ** 2, jnp.shape(obs["value"]))[0]
+        alpha = unwrap(tr[self._ibp]["fn"]).alpha
+        log_prior = sum(jnp.sum(tr[n]["fn"].log_prob(values[n])) for n in self.names)
+        return noise_var, alpha, log_prior
+
+
+def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, ibp, obs, features):
+    """The :class:`HyperSites` of ``candidates`` (latent sites other than the IBP, feature and
+    weight sites ``held``: their traced values); fails naming a site that sets anything else
+    than the noise scale, the IBP's mass or another candidate's prior."""
+    names = {s["name"] for s in candidates}
+    hyper = HyperSites(
+        model,
+        model_args,
+        model_kwargs,
+        candidates,
+        held,
+        obs["name"],
+        ibp["name"],
+        f"{read.engine} (reading the model)",
+    )
+
+    def readings(tr):
+        ibp_fn, obs_fn = unwrap(tr[ibp["name"]]["fn"]), unwrap(tr[obs["name"]]["fn"])
+        feat_fn = unwrap(tr[features["name"]]["fn"])
+        shape = tuple(jnp.shape(obs["value"]))
+        out = {
+            "alpha": ibp_fn.alpha,
+            "the IBP's beta": ibp_fn.beta,
+            "the feature prior": (feat_fn.loc, feat_fn.scale),
+            "the observed site's distribution": jnp.sum(obs_fn.log_prob(obs["value"])),
+        }
+        if isinstance(obs_fn, dist.Normal):
+            out["the observed site's distribution"] = jnp.broadcast_to(obs_fn.loc, shape)
+            out["noise"] = jnp.broadcast_to(obs_fn.scale, shape)
+        for name in held:
+            if name not in (ibp["name"], features["name"]):
+                out[f"the prior of {name!r}"] = tr[name]["fn"].log_prob(held[name])
+        for other in names:
+            out[f"the prior of {other!r}"] = tr[other]["fn"].log_prob(tr[other]["value"])
+        return jax.tree.map(np.asarray, out)
+
+    with jax.ensure_compile_time_eval():
+        base = readings(hyper.trace({s["name"]: s["value"] for s in candidates}))
+        for site in candidates:
+            if site["fn"].support.is_discrete:
+                read.reject(f"the hyper-parameter site {site['name']!r} must be continuous")
+            if jnp.shape(hyper.transforms[hyper.names.index(site["name"])].inv(site["value"])) != (
+                jnp.shape(site["value"])
+            ):
+                read.reject(
+                    f"the hyper-parameter site {site['name']!r} must be elementwise "
+                    "constrained (e.g. positive), not a simplex or matrix"
+                )
+            other = site["fn"].sample(jax.random.PRNGKey(1))
+            values = {s["name"]: s["value"] for s in candidates} | {site["name"]: other}
+            moved = readings(hyper.trace(values))
+            changed = [
+                what
+                for what in base
+                if what != f"the prior of {site['name']!r}"
+                and not all(
+                    np.allclose(a, b, rtol=1e-12, atol=0.0, equal_nan=True)
+                    for a, b in zip(
+                        jax.tree.leaves(base[what]), jax.tree.leaves(moved[what]), strict=True
+                    )
+                )
+            ]
+            bad = [
+                w
+                for w in changed
+                if w not in ("alpha", "noise") and w not in {f"the prior of {n!r}" for n in names}
+            ]
+            if bad:
+                read.reject(
+                    f"the latent site {site['name']!r} sets {', '.join(bad)}; an engine of "
+                    "feature models learns hyper-parameter sites that set only the observed "
+                    "Normal's scale, the IBP's alpha or another such site's prior"
+                )
+            if "noise" in changed:
+                noise = moved["noise"]
+                if not np.all(noise == noise[:1]):
+                    read.reject(
+                        f"the noise scale set by {site['name']!r} must be the same for every row"
+                    )
+            hyper.sets_noise |= "noise" in changed
+            hyper.sets_mass |= "alpha" in changed
+            # start where features explain more (small noise, large mass): from there the
+            # M-steps raise the noise to what the features leave; from the other side they stop
+            # at the first level the few features born by then explain (D = 10, σ_o = 0.3: 0.86
+            # and 7 of 21 features from the prior's median, 0.44 and 18 from its 10 % quantile)
+            step = np.sum(np.asarray(other) - np.asarray(site["value"]))
+            for what, small in (("noise", True), ("alpha", False)):
+                if what in changed:
+                    rises = np.sum(moved[what] - base[what]) * step > 0
+                    low = rises == small
+                    hyper.start_at(site["name"], START_QUANTILE if low else 1.0 - START_QUANTILE)
+    return hyper
+
+
 @dataclass(frozen=True, eq=False)
 class FeatureModel:
     """What an engine needs to know about a latent feature model (see the module docstring).
@@ -257,7 +446,10 @@ class FeatureModel:
         observation distribution).
     :ivar feature_loc, feature_var: ``(D,)`` prior mean and variance of each feature entry.
     :ivar weight_loc, weight_var: scalar prior mean and variance of the weights (factor analysis).
-    :ivar noise_var: ``(D,)`` observation noise variance (Gaussian likelihoods only).
+    :ivar noise_var: ``(D,)`` observation noise variance (Gaussian likelihoods only; at the
+        traced values of the hyper-parameter sites when there are some).
+    :ivar hyper: the model's :class:`HyperSites` (``read_feature_model(hyper=True)``), or
+        ``None`` when it has none.
     """
 
     model: object
@@ -281,6 +473,7 @@ class FeatureModel:
     site_summary: tuple = field(default=())
     obs_support: object = None
     engine: str = "this engine"
+    hyper: HyperSites | None = None
 
     def check_observed(self, values, name):
         """Raise ``ValueError`` unless every row of ``values`` ``(n, D)`` is in the support of the
@@ -359,11 +552,15 @@ def row_log_density(
     return jnp.sum(site["fn"].log_prob(site["value"]))
 
 
-def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this engine"):
+def read_feature_model(
+    model, model_args=(), model_kwargs=None, *, engine="this engine", hyper=False
+):
     """Trace ``model(*model_args, **model_kwargs)`` once and locate its feature-model sites.
 
     :param model: a NumPyro model function.
     :param str engine: the engine's name, used in error messages.
+    :param bool hyper: accept hyper-parameter sites (the engine learns them; see
+        :class:`HyperSites`), else refuse them.
     :return: a :class:`FeatureModel`.
     :raises ValueError: naming the expected site and listing the sites found.
     """
@@ -394,17 +591,24 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
     weights = [
         s for s in sites_of(latent, dist.Normal, (num_rows, max_features)) if s is not features
     ]
-    others = [s["name"] for s in latent if s is not features and all(s is not w for w in weights)]
-    if others or len(weights) > 1:
+    others = [s for s in latent if s is not features and all(s is not w for w in weights)]
+    if (others and not hyper) or len(weights) > 1:
         fail(
             "only the IBP, feature, optional (N, K) Normal weight and observed sites "
-            f"(unexpected latent sites: {others + [s['name'] for s in weights[1:]]}; the "
-            "engines of feature models do not learn hyper-parameters such as the noise scale or "
-            "the IBP's mass yet: make them model arguments with fixed values, and compare "
-            "values by the held-out score of a validation split, see "
+            f"(unexpected latent sites: {[s['name'] for s in others + weights[1:]]}; "
+            "hyper-parameters such as the noise scale or the IBP's mass are learned by "
+            "RIBPFilter(model, feature_update='memoized'), for Gaussian likelihoods; or make "
+            "them model arguments with fixed values and compare values "
+            "by the held-out score of a validation split, see "
             "numpyro_bnp.infer.streaming.learning_curve)"
         )
     weights = weights[0] if weights else None
+    hyper_sites = None
+    if others:
+        held = {s["name"]: s["value"] for s in (ibp, features, weights) if s is not None}
+        hyper_sites = _read_hyper_sites(
+            read, model, model_args, model_kwargs, others, held, ibp, obs, features
+        )
 
     feature_loc, feature_var = normal_params(features, (max_features, dim))
     if not (np.all(feature_loc == feature_loc[:1]) and np.all(feature_var == feature_var[:1])):
@@ -426,6 +630,7 @@ def read_feature_model(model, model_args=(), model_kwargs=None, *, engine="this 
         site_summary=read.summary,
         obs_support=obs_base.support,
         engine=engine,
+        hyper=hyper_sites,
     )
     if weights is not None:
         w_loc, w_var = normal_params(weights, (num_rows, max_features))

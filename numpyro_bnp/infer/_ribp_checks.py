@@ -73,6 +73,8 @@ def check_state(filt, state, name):
             cross=(capacity, dim),
             born=(capacity,),
             buffer=(filt.memo_options.buffer_size, dim),
+            obs_moment=(dim,),
+            hyper=(0 if filt.spec.hyper is None else filt.spec.hyper.init.size,),
             **{
                 f: (rows, capacity)
                 for f in ("buffer_logit", "buffer_use", "buffer_coef", "buffer_moment")

@@ -15,7 +15,7 @@ from jax import lax, random
 from jax.scipy.special import logsumexp
 
 from numpyro_bnp._math import logit
-from numpyro_bnp.infer._ribp_update import clipped_prior, fit, fit_closed_form, prior
+from numpyro_bnp.infer._ribp_update import at_state, clipped_prior, fit, fit_closed_form, prior
 
 POLISH_STEPS = 16  # greedy flip steps that improve the log-predictive proposal's mode
 
@@ -34,6 +34,14 @@ def _rows_given(key, use, num, slots):
     return (np.asarray(random.uniform(key, (num, *b.shape), b.dtype)) < b).astype(b.dtype)
 
 
+def _hyper_draws(spec, state, num):
+    """The hyper-parameter sites' learned values (a point estimate), repeated ``num`` times."""
+    if spec.hyper is None:
+        return {}
+    values = spec.hyper.unflatten(np.asarray(state.hyper))
+    return {k: np.broadcast_to(np.asarray(v), (num, *np.shape(v))) for k, v in values.items()}
+
+
 def posterior_draws(spec, rng_key, state, num_draws, use=None):
     """``(draws, dims, coords)`` for ArviZ; see :meth:`RIBPFilter.posterior_draws`.
 
@@ -45,6 +53,7 @@ def posterior_draws(spec, rng_key, state, num_draws, use=None):
     created = np.asarray(random.uniform(key_n, (num_draws, exists.shape[0]), exists.dtype))
     name = spec.feature_site
     draws = {name: feats, "num_features": np.sum(created < exists, axis=1)}
+    draws.update(_hyper_draws(spec, state, num_draws))
     dims = {name: ["feature", "dim"]}
     if use is not None:
         draws[spec.ibp_site] = _rows_given(key_z, use, num_draws, slots)
@@ -61,12 +70,12 @@ def posterior_samples(spec, const, rng_key, state, num_samples, num_obs, use=Non
     key_a, key_z, key_w = random.split(rng_key, 3)
     slots, feats = _active_features(key_a, state, num_samples)
     if use is None:
-        probs = np.asarray(prior(const, state))[slots]
+        probs = np.asarray(prior(at_state(const, state), state))[slots]
         u = np.asarray(random.uniform(key_z, (num_samples, num_obs, slots.size), probs.dtype))
         z = (u < probs).astype(probs.dtype)
     else:
         z = _rows_given(key_z, use, num_samples, slots)
-    samples = {spec.feature_site: feats, spec.ibp_site: z}
+    samples = {spec.feature_site: feats, spec.ibp_site: z, **_hyper_draws(spec, state, num_samples)}
     if spec.weight_site is not None:
         shape = (num_samples, num_obs, slots.size)
         w = random.normal(key_w, shape, const.dtype) * np.sqrt(spec.weight_var)
@@ -90,7 +99,12 @@ def log_predictive(fn, state, obs, key, batch_size):
 
 def feature_use_fn(const):
     """The compiled ``(state, obs (M, D)) -> (M, K)`` fitted ``b``, features held fixed."""
-    return jax.jit(lambda st, obs: lax.map(lambda o: local_fit(const, st, o)[1], obs))
+
+    def fn(state, obs):
+        at = at_state(const, state)
+        return lax.map(lambda o: local_fit(at, state, o)[1], obs)
+
+    return jax.jit(fn)
 
 
 def feature_use(fn, state, obs, batch_size):
@@ -184,7 +198,7 @@ def spread_over_unborn(const, state, prior, b):
 def log_predictive_fn(const, num_samples):
     """The compiled ``(state, obs (M, D), keys (M, 2)) -> (M,)`` of :func:`log_predictive`."""
 
-    def one(state, o, key):
+    def one(const, state, o, key):
         dt = const.dtype
         eps = jnp.finfo(dt).eps
         prior, b = local_fit(const, state, o)
@@ -211,8 +225,12 @@ def log_predictive_fn(const, num_samples):
             ll = jax.vmap(lambda zz: gaussian_log_marginal(const, state, o, zz))(z)
         return logsumexp(ll + log_ratio) - jnp.log(num_samples)
 
-    # rows one after another (lax.map): a vmapped sweep compiled for minutes
-    return jax.jit(lambda state, obs, keys: lax.map(lambda x: one(state, *x), (obs, keys)))
+    def fn(state, obs, keys):
+        at = at_state(const, state)
+        # rows one after another (lax.map): a vmapped sweep compiled for minutes
+        return lax.map(lambda x: one(at, state, *x), (obs, keys))
+
+    return jax.jit(fn)
 
 
 def gaussian_log_marginal(const, state, o, z):

@@ -74,6 +74,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from numpyro_bnp._math import bernoulli_kl, logit, normal_kl, poisson_interval_probs
+from numpyro_bnp.distributions import RecursiveIBP
 
 MAX_HALVINGS = 30  # step halvings of a generic-path Newton step before it is dropped
 
@@ -135,6 +136,10 @@ class RIBPConstants(NamedTuple):
         features held fixed here).
     :ivar bool ossify: apply the ossification average (paper App. B.2).
     :ivar float retire_threshold: existence probability below which a hole is retired.
+    :ivar hyper: the model's :class:`~numpyro_bnp.infer._model.HyperSites` (learned by the
+        memoized update, whose state holds their values), else ``None``; ``noise_prec`` and
+        ``ibp`` then hold their values at the traced model and :func:`at_state` gives the
+        constants at a state's values.
     """
 
     kind: str
@@ -151,6 +156,17 @@ class RIBPConstants(NamedTuple):
     feature_update: str
     ossify: bool
     retire_threshold: float
+    hyper: Any = None
+
+
+def at_state(const, state):
+    """``const`` with the noise precision and the IBP's mass at the hyper-parameter values
+    ``state.hyper`` (``const`` itself when the model has no hyper-parameter sites)."""
+    if const.hyper is None:
+        return const
+    noise_var, alpha, _ = const.hyper.terms(state.hyper)
+    ibp = RecursiveIBP(alpha.astype(const.dtype), const.ibp.beta, num_rows=1, max_features=1)
+    return const._replace(noise_prec=(1.0 / noise_var).astype(const.dtype), ibp=ibp)
 
 
 def empty(const, capacity):

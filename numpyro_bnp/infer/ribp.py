@@ -36,6 +36,10 @@ recent rows is revisited every few rows, and features are born from the buffer's
 deleted when unused; its held-out score keeps improving along the stream where the paper's
 update stops (``docs/ribp.md``).
 
+**Hyper-parameters** (memoized update only): a model may give the noise scale and the IBP's
+mass priors (latent sites, :class:`~numpyro_bnp.infer._model.HyperSites`); the filter learns
+their MAP along the stream (:func:`~numpyro_bnp.infer._ribp_memoized.learn_hyper`).
+
 **Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
 one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
 feature unfrozen, birth and death moves (:mod:`numpyro_bnp.infer._ribp_refine`). It brings the
@@ -111,7 +115,9 @@ class RIBPFilter(ModelEngine):
     :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"`` (see
         :mod:`numpyro_bnp.infer._ribp_update`), or ``"memoized"`` (Gaussian likelihoods:
         features from accumulated statistics, a revisited buffer of recent rows, births and
-        deletes; see :mod:`numpyro_bnp.infer._ribp_memoized`).
+        deletes; see :mod:`numpyro_bnp.infer._ribp_memoized`). Only ``"memoized"`` takes a
+        model whose noise scale or IBP mass is a latent site with a prior (e.g.
+        ``sigma_o ~ HalfNormal``): it learns them (:attr:`RIBPResult.hyper_parameters`).
     :param int buffer_size: ``"memoized"``: recent rows kept and revisited.
     :param int refresh_every: ``"memoized"``: rows between refreshes (revisit, births, deletes).
     :param int max_births: ``"memoized"``: birth moves tried per refresh.
@@ -266,7 +272,13 @@ class RIBPFilter(ModelEngine):
         key = model_cache_key(self.model, model_args, model_kwargs)
         if key is not None and key == self._spec_key:
             return
-        spec = read_feature_model(self.model, model_args, model_kwargs, engine="RIBPFilter")
+        spec = read_feature_model(
+            self.model,
+            model_args,
+            model_kwargs,
+            engine="RIBPFilter",
+            hyper=self.feature_update == "memoized",
+        )
         kind = spec.likelihood if self.likelihood == "auto" else "generic"
         if kind == "generic" and spec.weight_site is not None:
             raise ValueError(
@@ -302,6 +314,7 @@ class RIBPFilter(ModelEngine):
             feature_update=self.feature_update,
             ossify=self.ossify,
             retire_threshold=self.retire_threshold,
+            hyper=spec.hyper,
         )
         self._spec_key = key
         if self.feature_update == "memoized":
@@ -411,7 +424,7 @@ class RIBPFilter(ModelEngine):
     def prior(self, state):
         """``(K,)`` filtering prior ``q(z_{n+1,k} = 1 | o_{<=n})`` of the next row (Eq. 5)."""
         self._require_init()
-        return _ribp_update.prior(self.constants, state)
+        return _ribp_update.prior(_ribp_update.at_state(self.constants, state), state)
 
     def update(self, state, obs):
         """Absorb one observation ``obs`` ``(D,)``: pure and jittable. Returns ``(state, info)``.
@@ -649,6 +662,15 @@ class RIBPResult(streaming.StreamingResult):
     def num_active(self):
         """Number of active features ``K+`` (existence above 1/2)."""
         return int(np.sum(np.asarray(self.active)))
+
+    @property
+    def hyper_parameters(self):
+        """``{site: value}``: the learned values (MAP) of the model's hyper-parameter sites
+        (the noise scale, the IBP's mass; ``feature_update="memoized"``); empty without them."""
+        hyper = self.engine.spec.hyper
+        if hyper is None:
+            return {}
+        return {k: np.asarray(v) for k, v in hyper.unflatten(np.asarray(self.state.hyper)).items()}
 
     def refine(self, data, **options):
         """:meth:`RIBPFilter.refine` on this result's state; a new result with the same traces.
