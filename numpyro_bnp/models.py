@@ -93,6 +93,26 @@ def _observe(name, fn, value):
         return numpyro.sample(name, fn.to_event(1), obs=value)
 
 
+def _learned(mass, sigma_o, max_features):
+    """``(mass, sigma_o)``: each one given as a NumPyro distribution (a prior, for an engine that
+    learns it, e.g. ``RIBPFilter(feature_update="memoized")``) becomes a sample site of the same
+    name; numbers are checked (finite, > 0) and returned."""
+    if isinstance(mass, dist.Distribution):
+        if max_features is None:
+            raise ValueError(
+                "a model whose mass is a distribution needs max_features (the capacity of the "
+                "IBP matrix cannot follow a random mass)"
+            )
+        mass = numpyro.sample("mass", mass)
+    else:
+        _positive(mass=mass)
+    if isinstance(sigma_o, dist.Distribution):
+        sigma_o = numpyro.sample("sigma_o", sigma_o)
+    else:
+        _positive(sigma_o=sigma_o)
+    return mass, sigma_o
+
+
 def _capacity(mass, concentration, num_obs, max_features):
     if max_features is None:
         with jax.ensure_compile_time_eval():  # the model may be traced under jit
@@ -128,15 +148,20 @@ def linear_gaussian(
     :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
     :param int num_obs: number of rows ``N``.
     :param int dim: observation dimension ``D``.
-    :param mass: the IBP's α > 0 (expected number of features per row; ``alpha`` before).
+    :param mass: the IBP's α > 0 (expected number of features per row; ``alpha`` before), or a
+        prior for it (a NumPyro distribution, e.g. ``dist.Gamma(1.0, 0.2)``: a site ``mass``;
+        then ``max_features`` is required).
     :param concentration: the IBP's β > 0 (``beta`` before).
     :param sigma_a: prior standard deviation σ_A of each feature entry.
-    :param sigma_o: observation noise standard deviation σ_o.
+    :param sigma_o: observation noise standard deviation σ_o, or a prior for it (e.g.
+        ``dist.HalfNormal(1.0)``: a site ``sigma_o``). ``RIBPFilter(feature_update="memoized")``
+        learns the parameters given priors.
     :param max_features: capacity ``K`` of the IBP matrix; ``None`` picks one that truncates
         with probability below 1e-6 (:func:`~numpyro_bnp.distributions.ibp_capacity`).
     """
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
-    _positive(mass=mass, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o)
+    mass, sigma_o = _learned(mass, sigma_o, max_features)
+    _positive(concentration=concentration, sigma_a=sigma_a)
     num_features = _capacity(mass, concentration, num_obs, max_features)
     ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
     z = numpyro.sample("Z", ibp)
@@ -166,12 +191,11 @@ def factor_analysis(
     Sites: ``Z`` ``(num_obs, K)``, ``A`` ``(K, dim)``, ``W`` ``(num_obs, K)``, ``obs``
     ``(num_obs, dim)``. ``sigma_w`` is the standard deviation σ_w of the weights; it may be a
     ``(K,)`` array (a diagonal Σ_w). ``mass`` is the IBP's α, ``concentration`` its β; the other
-    parameters as in :func:`linear_gaussian`.
+    parameters as in :func:`linear_gaussian` (``mass`` and ``sigma_o`` may be priors).
     """
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
-    _positive(
-        mass=mass, concentration=concentration, sigma_a=sigma_a, sigma_o=sigma_o, sigma_w=sigma_w
-    )
+    mass, sigma_o = _learned(mass, sigma_o, max_features)
+    _positive(concentration=concentration, sigma_a=sigma_a, sigma_w=sigma_w)
     num_features = _capacity(mass, concentration, num_obs, max_features)
     ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
     z = numpyro.sample("Z", ibp)

@@ -11,6 +11,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from jax import lax, random
+from scipy import stats
 
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter, _ribp_memoized, streaming
@@ -249,3 +250,24 @@ def test_a_learned_noise_scale_predicts_close_to_the_true_one():
     se = [np.std(d) / np.sqrt(d.size) for d in (behind, ahead)]
     assert np.mean(behind) < 2.5 and np.mean(ahead) > max(3.5, 5 * se[1])
     assert 0.25 < learned.hyper_parameters["sigma_o"] < 0.65
+
+
+def test_the_ready_models_take_priors_for_the_parameters_the_filter_learns():
+    """``linear_gaussian(mass=<prior>, sigma_o=<prior>)`` has sites ``mass`` and ``sigma_o``,
+    which the memoized filter reads as hyper-parameters (starting from the side of more
+    features); the paper's update refuses them, saying which update learns them."""
+    priors = dict(num_obs=1, dim=3, mass=dist.Gamma(1.0, 0.2), sigma_o=dist.HalfNormal(1.0))
+    filt = RIBPFilter(linear_gaussian, feature_update="memoized")
+    filt.init(random.PRNGKey(0), max_features=64, **priors)
+    hyper = filt.spec.hyper
+    assert hyper.names == ("mass", "sigma_o") and hyper.sets_mass and hyper.sets_noise
+    for start, prior, level in zip(
+        hyper.init, (stats.gamma(1.0, scale=5.0), stats.halfnorm()), (0.9, 0.1), strict=True
+    ):  # quantiles of 1,001 prior draws: 4 standard errors
+        exact = prior.ppf(level)
+        se = np.sqrt(level * (1 - level) / 1001) / prior.pdf(exact)
+        assert abs(start - exact) < 4 * se
+    with pytest.raises(ValueError, match=r"learned by RIBPFilter.*memoized"):
+        RIBPFilter(linear_gaussian).init(random.PRNGKey(0), max_features=64, **priors)
+    with pytest.raises(ValueError, match="needs max_features"):
+        linear_gaussian(**priors)

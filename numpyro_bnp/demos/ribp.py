@@ -16,9 +16,9 @@ def run(
     *,
     num_train=None,
     num_test=200,
-    mass=5.0,
+    mass=None,
     sigma_a=0.3,
-    sigma_o=0.05,
+    sigma_o=None,
     num_samples=200,
     seed=0,
 ):
@@ -35,8 +35,10 @@ def run(
     against the number of observations with the prior's ``E[Λ_n]``, the learned features as
     images and the held-out score along the stream, and returns their paths. ``mass``,
     ``sigma_a`` and ``sigma_o`` are those of :func:`numpyro_bnp.models.linear_gaussian`
-    (``mass`` = the IBP's α).
+    (``mass`` = the IBP's α); by default ``mass`` and ``sigma_o`` are learned along the stream,
+    from the priors ``Gamma(1, 0.2)`` (mean 5) and ``HalfNormal(1)``, and printed.
     """
+    import numpyro.distributions as dist
     from sklearn.datasets import load_digits
 
     from numpyro_bnp.distributions import RecursiveIBP
@@ -48,7 +50,9 @@ def run(
     order = np.random.default_rng(seed).permutation(len(images))
     test = images[order[-num_test:]]
     train = images[order[: len(images) - num_test if num_train is None else num_train]]
-    kwargs = dict(num_obs=1, dim=64, mass=mass, sigma_a=sigma_a, sigma_o=sigma_o)
+    mass = dist.Gamma(1.0, 0.2) if mass is None else mass
+    sigma_o = dist.HalfNormal(1.0) if sigma_o is None else sigma_o
+    kwargs = dict(num_obs=1, dim=64, mass=mass, sigma_a=sigma_a, sigma_o=sigma_o, max_features=64)
 
     scores, scoring = [], [0.0]  # per-image held-out log predictive at each point; its time
 
@@ -79,7 +83,7 @@ def run(
     result, score = curve.result, scores[-1]
     with warnings.catch_warnings():  # one slot is (knowingly) truncated
         warnings.simplefilter("ignore", RuntimeWarning)
-        single = RIBPFilter(linear_gaussian, max_features=1).run(
+        single = RIBPFilter(linear_gaussian, feature_update="memoized", max_features=1).run(
             random.PRNGKey(seed), train, chunk_size=256, progress_bar=False, **kwargs
         )
     single_score = np.asarray(
@@ -93,6 +97,11 @@ def run(
             f"{result.traces['num_active'][t - 1]:>7d}"
         )
     print(f"{len(train) / elapsed:,.0f} observations/s including compilation")
+    if result.hyper_parameters:
+        print(
+            "learned: "
+            + ", ".join(f"{k} = {float(v):.3g}" for k, v in result.hyper_parameters.items())
+        )
     gap = score - single_score
     print(
         f"held-out log predictive per image ({num_test} images, importance sampling with "
@@ -111,6 +120,8 @@ def run(
         os.path.join(out_dir, "ribp_digits_features.png"),
         os.path.join(out_dir, "ribp_digits_learning_curve.png"),
     ]
+    if isinstance(mass, dist.Distribution):  # the prior's E[Λ_n] at the learned mass
+        mass = result.hyper_parameters["mass"]
     expected = RecursiveIBP(mass, 1.0, num_rows=len(train), max_features=1).expected_num_features()
     plot_feature_count(result.time, result.traces["num_features"], expected=expected).savefig(
         paths[0], dpi=100

@@ -43,9 +43,8 @@ scores the unborn slots (existence below ``retire_threshold``) with their featur
 a new feature with the feature integrated out — and commits the moments of
 ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``; born features follow the paper's update. It keeps the count
 growing and improves the held-out predictive, but over-counts when rows hold many features (the
-greedy features are blends that rarely recur, see ``docs/ribp.md``). ``"collapsed"``
-(experimental) does the same for every slot, existing features included and not ossified; it
-under-counts even more.
+greedy features are blends that rarely recur, see ``docs/ribp.md``). For the Gaussian
+likelihoods the memoized update (:mod:`numpyro_bnp.infer._ribp_memoized`) supersedes it.
 
 **Newton safeguard** (the generic path, :func:`fit_generic`). A full Newton step can overshoot
 far when the likelihood's curvature grows along the step: for counts ``~ Poisson(200)`` under a
@@ -131,7 +130,7 @@ class RIBPConstants(NamedTuple):
         own (generic kind), else ``None``.
     :ivar int num_steps: coordinate-ascent sweeps per observation.
     :ivar int newton_steps: Newton steps per slot and sweep (generic kind).
-    :ivar str feature_update: ``"paper"``, ``"birth"``, ``"collapsed"`` (module docstring) or
+    :ivar str feature_update: ``"paper"``, ``"birth"`` (module docstring) or
         ``"memoized"`` (:mod:`numpyro_bnp.infer._ribp_memoized`, which fits rows with the
         features held fixed here).
     :ivar bool ossify: apply the ossification average (paper App. B.2).
@@ -340,19 +339,17 @@ def fit_closed_form(const, state, obs, q, prior_logit, *, update_features):
 def born_slots(const, state):
     """``(K, 1)`` mask of the slots scored with the feature integrated out, or ``None``.
 
-    ``"collapsed"``: every slot. ``"birth"``: the unborn slots, whose existence probability
-    is below ``retire_threshold`` (see the module docstring). ``"paper"`` and ``"memoized"``:
-    none.
+    ``"birth"``: the unborn slots, whose existence probability is below ``retire_threshold``
+    (see the module docstring). ``"paper"`` and ``"memoized"``: none.
     """
-    if const.feature_update not in ("birth", "collapsed"):
+    if const.feature_update != "birth":
         return None
-    if const.feature_update == "collapsed":
-        return jnp.ones_like(state.existence, bool)[:, None]
     return (state.existence < const.retire_threshold)[:, None]
 
 
 def commit(const, state, b, mean1, var1):
-    """Collapsed mode: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)``, then ossified."""
+    """``"birth"``: moments of ``b N(μ¹, Σ¹) + (1 - b) N(μ⁰, Σ⁰)`` of an unborn slot, then
+    ossified."""
     mu0, var0, S = state.mean, state.var, state.running_sum
     bc = b[:, None]
     step = mean1 - mu0
@@ -373,7 +370,7 @@ class SlotInputs(NamedTuple):
         ``r``, ``μ = offset + gain ⊙ r`` (Eq. 11, ossified).
     :ivar trace_var: ``tr(Λ Σ_l)``.
     :ivar prior_logit: ``logit q_l``.
-    :ivar collapsed: for the slots scored with the feature integrated out (``None`` when no
+    :ivar integrated: for the slots scored with the feature integrated out (``None`` when no
         slot is): ``(kl_const, born, mu0, var0)``, the part of ``KL(q(A_l) || prior)`` that does
         not depend on ``r``, the slot's mask, and the slot's prior-to-this-observation moments.
     """
@@ -383,7 +380,7 @@ class SlotInputs(NamedTuple):
     gain: jnp.ndarray
     trace_var: jnp.ndarray
     prior_logit: jnp.ndarray
-    collapsed: tuple | None
+    integrated: tuple | None
 
 
 def linear_gaussian_slot(const, r, mu, logit, trace_var):
@@ -432,7 +429,7 @@ def sweep(const, state, obs, prior_logit, carry, reverse, update):
 
     * ``paper``: Eqs. 10-11 (weighted by ``b_l``) against the frozen prior, then ossified;
       the logit uses that feature.
-    * ``collapsed`` (every slot) and ``birth`` (the unborn slots, :func:`born_slots`): the
+    * ``birth`` (the unborn slots, :func:`born_slots`): the
       feature's posterior *given* ``z_l = 1`` (weight 1, not ossified); the logit gets its KL
       from the frozen prior, so for a Gaussian likelihood it is the exact log Bayes factor of
       ``z_l = 1`` with the feature integrated out.
@@ -454,10 +451,10 @@ def sweep(const, state, obs, prior_logit, carry, reverse, update):
     else:
         a, g, var_s = mu0, jnp.zeros_like(mu0), var0
     trace_var = var_s @ lam  # tr(Λ Σ_l)
-    collapsed = None
+    integrated = None
     if born is not None:  # the parts of KL(N(μ¹, Σ¹) || N(μ⁰, Σ⁰)) that do not depend on r
         kl_const = jnp.sum(normal_kl(mu0, var_s, mu0, var0), axis=-1)
-        collapsed = (kl_const, born[:, 0].astype(kl_const.dtype), mu0, var0)
+        integrated = (kl_const, born[:, 0].astype(kl_const.dtype), mu0, var0)
     coef = b * phi  # E[z_k w_k] of the previous sweep
     old = coef[:, None] * mean
     # the carry is the residual r_l = o - Σ_{k≠l} b_k E[w_k] μ_k seen by the current slot; it
@@ -473,8 +470,8 @@ def sweep(const, state, obs, prior_logit, carry, reverse, update):
     def slot(r, x):
         mu = x.offset + x.gain * r
         logit = x.prior_logit
-        if x.collapsed is not None:
-            kl_l, born_l, mu0_l, var0_l = x.collapsed
+        if x.integrated is not None:
+            kl_l, born_l, mu0_l, var0_l = x.integrated
             shift = mu - mu0_l
             logit = logit - born_l * (kl_l + 0.5 * jnp.sum(shift * shift / var0_l))
         scalars, coef_l = likelihood_slot(const, r, mu, logit, x.trace_var)
@@ -482,7 +479,7 @@ def sweep(const, state, obs, prior_logit, carry, reverse, update):
         out = jnp.stack(scalars) if not emit else jnp.concatenate([jnp.stack(scalars), mu])
         return r - coef_l * mu + x.next_old, out
 
-    xs = SlotInputs(next_old, a, g, trace_var, prior_logit, collapsed)
+    xs = SlotInputs(next_old, a, g, trace_var, prior_logit, integrated)
     out = lax.scan(slot, resid, xs, reverse=reverse)[1]
     num_scalars = 3 if const.kind == "factor_analysis" else 1
     b = out[:, 0]

@@ -24,8 +24,8 @@ to rounding.
 documented): a few sweeps over the slots fit each feature and ``b_nk`` against the prior frozen
 at the start of the observation, each feature's update ossified (paper App. B.2: averaged with
 its old value, weights ``b_nk`` and ``S_{n-1,k}``). ``feature_update="paper"`` (default) is the
-paper's Eqs. 10-11; ``"birth"`` and ``"collapsed"`` (experimental, changes to the paper) score
-unborn slots, or all, with the feature integrated out. After each observation the *holes* (slots
+paper's Eqs. 10-11; ``"birth"`` (experimental, a change to the paper) scores the unborn slots
+with the feature integrated out. After each observation the *holes* (slots
 whose existence probability is below ``retire_threshold`` while a later slot's is above it) are
 reset to the prior and moved behind the live slots.
 
@@ -112,7 +112,7 @@ class RIBPFilter(ModelEngine):
         starts from a capacity for one row (at least 16) and doubles it when needed.
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
-    :param str feature_update: ``"paper"`` (default), ``"birth"`` or ``"collapsed"`` (see
+    :param str feature_update: ``"paper"`` (default), ``"birth"`` (see
         :mod:`numpyro_bnp.infer._ribp_update`), or ``"memoized"`` (Gaussian likelihoods:
         features from accumulated statistics, a revisited buffer of recent rows, births and
         deletes; see :mod:`numpyro_bnp.infer._ribp_memoized`). Only ``"memoized"`` takes a
@@ -197,10 +197,9 @@ class RIBPFilter(ModelEngine):
             num_steps = positive_int(num_steps, "num_steps")
         if max_features is not None:
             max_features = positive_int(max_features, "max_features")
-        if feature_update not in ("birth", "collapsed", "memoized", "paper"):
+        if feature_update not in ("birth", "memoized", "paper"):
             raise ValueError(
-                "feature_update must be 'birth', 'collapsed', 'memoized' or 'paper', got "
-                f"{feature_update!r}"
+                f"feature_update must be 'birth', 'memoized' or 'paper', got {feature_update!r}"
             )
         if not (isinstance(min_use, int | float) and np.isfinite(min_use) and min_use > 0):
             raise ValueError(f"min_use must be a positive number, got {min_use!r}")
@@ -339,7 +338,10 @@ class RIBPFilter(ModelEngine):
             capacity = self.max_features
         else:
             # enough for the first row; the stream grows it (x2) as features accumulate
-            capacity = max(16, ibp_capacity(self.spec.alpha, self.spec.beta, num_rows=1))
+            alpha = self.spec.alpha  # the traced value, or the learned mass's start
+            if self.spec.hyper is not None:
+                alpha = float(self.spec.hyper.terms(self.spec.hyper.init)[1])
+            capacity = max(16, ibp_capacity(alpha, self.spec.beta, num_rows=1))
         return self.empty(capacity)
 
     def empty(self, capacity):
