@@ -271,3 +271,35 @@ def test_the_ready_models_take_priors_for_the_parameters_the_filter_learns():
         RIBPFilter(linear_gaussian).init(random.PRNGKey(0), max_features=64, **priors)
     with pytest.raises(ValueError, match="needs max_features"):
         linear_gaussian(**priors)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_features_solve_the_posterior_of_every_column(filt, per_column):
+    """``solve_features`` against a dense solve per column, for one noise and prior scale
+    (one Cholesky factor), for scales that vary over the columns (one factor per column), and
+    for statistics that rounding made indefinite (the clipped eigendecomposition)."""
+    rng = np.random.default_rng(0)
+    use = (rng.random((60, 12)) < 0.3).astype(float)
+    gram, cross = use.T @ use + np.diag(rng.random(12)), rng.normal(size=(12, 6))
+    const = filt.constants._replace(feature_loc=jnp.asarray(rng.normal(size=6)))
+    if per_column:
+        const = const._replace(
+            noise_prec=jnp.asarray(rng.random(6) + 1.0),
+            feature_var=jnp.asarray(rng.random(6) + 0.5),
+        )
+    lam, loc, var0 = map(np.asarray, (const.noise_prec, const.feature_loc, const.feature_var))
+    mean, var = _ribp_memoized.solve_features(const, jnp.asarray(gram), jnp.asarray(cross))
+    for d in range(6):
+        precision = lam[d] * gram + np.eye(12) / var0[d]
+        expected = np.linalg.solve(precision, lam[d] * cross[:, d] + loc[d] / var0[d])
+        np.testing.assert_allclose(mean[:, d], expected, rtol=1e-10)
+        np.testing.assert_allclose(var[:, d], np.diag(np.linalg.inv(precision)), rtol=1e-10)
+
+    s, u = np.linalg.eigh(gram)
+    indefinite = gram - 2 * (s[0] + 10.0) * np.outer(u[:, 0], u[:, 0])  # an eigenvalue < -10
+    mean, var = _ribp_memoized.solve_features(const, jnp.asarray(indefinite), jnp.asarray(cross))
+    s[0] = 0.0  # clipped
+    for d in range(6):
+        precision = u @ np.diag(lam[d] * s + 1 / var0[d]) @ u.T
+        expected = np.linalg.solve(precision, lam[d] * cross[:, d] + loc[d] / var0[d])
+        np.testing.assert_allclose(mean[:, d], expected, rtol=1e-9)
