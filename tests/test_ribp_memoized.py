@@ -114,9 +114,9 @@ def test_the_held_out_score_keeps_rising_where_the_papers_update_stops(
 ):
     """On data drawn from the model (α = 3, D = 10), the paper's update scores held-out rows no
     better after 300 rows than after 50 (measured -17.8 -> -18.8 linear-Gaussian, -22.9 ->
-    -22.6 factor analysis); the memoized update keeps improving (-17.7 -> -9.9; -36.6 -> -9.8,
+    -22.6 factor analysis); the memoized update keeps improving (-18.2 -> -9.2; -36.6 -> -9.8,
     whose start has a standard error of 8.5: a few rows are far off after 50 rows) and ends
-    ahead (by 8.9 and 12.8 nats, s.e. < 0.8). Thresholds about half the measured gains, and
+    ahead (by 9.6 and 12.8 nats, s.e. < 0.8). Thresholds about half the measured gains, and
     ``rise_se`` / 5 standard errors."""
     sigma_o = 0.3 if not weights else 0.1
     z, obs = _draw(3.0, 10, sigma_o, 450, seed=4 if not weights else 3, weights=weights)
@@ -230,9 +230,9 @@ def half_normal_noise(obs=None, *, num_obs, dim, max_features=None):
 @pytest.mark.filterwarnings("ignore:RIBPFilter. the capacity 48:RuntimeWarning")
 def test_a_learned_noise_scale_predicts_close_to_the_true_one():
     """Data drawn with σ_o = 0.3, α = 3 (D = 10), 400 rows: with σ_o and α learned (from the
-    prior's 10 % quantile of σ_o) the held-out score is 1.3 nats per row below the filter given
-    the true values and 7.5 above one given a guess 3x too small (s.e. 0.15 and 0.24); σ_o is
-    learned as 0.44. Thresholds: about twice and half the measured gaps, and 5 s.e."""
+    prior's 10 % quantile of σ_o) the held-out score is 1.15 nats per row below the filter given
+    the true values and 9.1 above one given a guess 3x too small (s.e. 0.14 and 0.25); σ_o is
+    learned as 0.45. Thresholds: about twice and half the measured gaps, and 5 s.e."""
     _, obs = _draw(3.0, 10, 0.3, 700, seed=4)
     train, test = obs[:400], obs[400:]
     options = dict(feature_update="memoized", max_features=48, buffer_size=128)
@@ -248,7 +248,7 @@ def test_a_learned_noise_scale_predicts_close_to_the_true_one():
     _, guess_score = score(linear_gaussian, mass=3.0, sigma_o=0.1)
     behind, ahead = true_score - learned_score, learned_score - guess_score
     se = [np.std(d) / np.sqrt(d.size) for d in (behind, ahead)]
-    assert np.mean(behind) < 2.5 and np.mean(ahead) > max(3.5, 5 * se[1])
+    assert np.mean(behind) < 2.5 and np.mean(ahead) > max(4.5, 5 * se[1])
     assert 0.25 < learned.hyper_parameters["sigma_o"] < 0.65
 
 
