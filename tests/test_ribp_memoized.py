@@ -226,13 +226,11 @@ def half_normal_noise(obs=None, *, num_obs, dim, max_features=None):
     return numpyro.sample("obs", dist.Normal(z @ a, sigma_o).to_event(2), obs=obs)
 
 
-# the run with the guess fills its 48 slots (it explains the noise with features) and says so
-@pytest.mark.filterwarnings("ignore:RIBPFilter. the capacity 48:RuntimeWarning")
 def test_a_learned_noise_scale_predicts_close_to_the_true_one():
     """Data drawn with σ_o = 0.3, α = 3 (D = 10), 400 rows: with σ_o and α learned (from the
     prior's 10 % quantile of σ_o) the held-out score is 1.15 nats per row below the filter given
-    the true values and 9.1 above one given a guess 3x too small (s.e. 0.14 and 0.25); σ_o is
-    learned as 0.45. Thresholds: about twice and half the measured gaps, and 5 s.e."""
+    the true values (s.e. 0.14; threshold about twice that) and σ_o is learned as 0.45. (A guess
+    3x too small, σ_o = 0.1, scores 9.1 ± 0.25 below the learned one.)"""
     _, obs = _draw(3.0, 10, 0.3, 700, seed=4)
     train, test = obs[:400], obs[400:]
     options = dict(feature_update="memoized", max_features=48, buffer_size=128)
@@ -245,10 +243,7 @@ def test_a_learned_noise_scale_predicts_close_to_the_true_one():
 
     learned, learned_score = score(half_normal_noise)
     _, true_score = score(linear_gaussian, mass=3.0, sigma_o=0.3)
-    _, guess_score = score(linear_gaussian, mass=3.0, sigma_o=0.1)
-    behind, ahead = true_score - learned_score, learned_score - guess_score
-    se = [np.std(d) / np.sqrt(d.size) for d in (behind, ahead)]
-    assert np.mean(behind) < 2.5 and np.mean(ahead) > max(4.5, 5 * se[1])
+    assert np.mean(true_score - learned_score) < 2.5
     assert 0.25 < learned.hyper_parameters["sigma_o"] < 0.65
 
 

@@ -280,6 +280,7 @@ class HyperSites:
         self.transforms = tuple(dist.biject_to(s["fn"].support) for s in sites)
         self._draws = [np.asarray(s["fn"].sample(jax.random.PRNGKey(0), (1001,))) for s in sites]
         self.init = np.concatenate([np.median(d, axis=0).reshape(-1) for d in self._draws])
+        self.init = self.init.astype(np.float64)
         self.sets_noise = self.sets_mass = False
         self._model, self._args, self._kwargs = model, tuple(model_args), dict(model_kwargs)
         self._held, self._obs, self._ibp, self._engine = held, obs, ibp, engine

@@ -26,10 +26,10 @@ the existence bookkeeping of the paper's update, and changes three things:
   feature whose expected use ``S_k`` falls below ``min_use`` is deleted.
 
 **Hyper-parameters.** When the model gives the noise scale or the IBP's mass a prior (a
-hyper-parameter site, see :class:`~numpyro_bnp.infer._model.HyperSites`), they start at their
-prior's median and, once the buffer has been filled, each refresh ends with their MAP given the
-statistics (:func:`learn_hyper`, an M-step of variational EM); the rows that follow are fitted
-at the new values.
+hyper-parameter site, see :class:`~numpyro_bnp.infer._model.HyperSites`), they start on the
+side of more features (a small noise, a large mass: ``HyperSites.init``) and, once the buffer
+has been filled, each refresh ends with their MAP given the statistics (:func:`learn_hyper`,
+an M-step of variational EM); the rows that follow are fitted at the new values.
 
 With no information in the data (``σ_o → ∞``) every ``b`` equals the filtering prior, no
 birth is accepted (their Bayes factor is not positive) and nothing is deleted (only born
@@ -360,7 +360,8 @@ def revisit(const, options, state, sequential=True):
         b, _, _, local = fit_closed_form(const, state, obs, q, prior_logit, update_features=False)
         return (b, *coefficients(b, local))
 
-    if sequential or const.kind != "linear_gaussian":
+    if sequential or const.kind != "linear_gaussian":  # factor analysis: a parallel fit of
+        # the weights oscillated to NaN
         use, coef, moment = lax.map(
             lambda x: fit_row(*x), (state.buffer, state.buffer_logit), batch_size=REVISIT_BATCH
         )
@@ -507,8 +508,8 @@ def refresh(const, options, state):
     state = retire_holes(const, delete_unused(const, options, state))
     if const.hyper is not None:
         # held at their start until the buffer is full: learned from the first refreshes, the
-        # noise absorbs what the few features born by then leave, and births stop (D = 50:
-        # σ_o 2.0 and 9 features after 2,000 rows, against 1.5 and 30 with the wait)
+        # noise absorbs what the few features born by then leave, and births stop (D = 50, from
+        # the prior's median: σ_o 2.0 and 9 features after 2,000 rows, 1.5 and 30 with the wait)
         state = lax.cond(
             state.num_seen >= options.buffer_size,
             lambda s: learn_hyper(model_const, s),
