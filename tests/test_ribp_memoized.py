@@ -276,6 +276,7 @@ def test_features_solve_the_posterior_of_every_column(filt, per_column):
     rng = np.random.default_rng(0)
     use = (rng.random((60, 12)) < 0.3).astype(float)
     gram, cross = use.T @ use + np.diag(rng.random(12)), rng.normal(size=(12, 6))
+    filt.init(random.PRNGKey(0), **KWARGS)  # reads the model: the filter's constants
     const = filt.constants._replace(feature_loc=jnp.asarray(rng.normal(size=6)))
     if per_column:
         const = const._replace(
