@@ -2,7 +2,7 @@ r"""Collapsed Gibbs sampling for linear-Gaussian feature models with a restricte
 
 :class:`RestrictedIBPGibbs` is a :class:`numpyro.infer.mcmc.MCMCKernel` for
 :func:`numpyro_bnp.models.restricted_linear_gaussian` and any model of the same shape (the contract
-of :func:`numpyro_bnp.infer._model.read_restricted_feature_model`):
+of :func:`numpyro_bnp.infer._restricted_model.read_restricted_feature_model`):
 
 .. math::
     π_k \sim \mathrm{Beta}(a_k, b_k), \quad
@@ -75,7 +75,7 @@ from numpyro_bnp.infer._linear_gaussian import (
     sample_feature_posterior,
 )
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
-from numpyro_bnp.infer._model import read_restricted_feature_model
+from numpyro_bnp.infer._restricted_model import read_restricted_feature_model
 
 __all__ = ["RestrictedIBPGibbs", "RestrictedIBPGibbsState"]
 
@@ -420,8 +420,8 @@ class RestrictedIBPGibbs(MCMCKernel):
     every step, through the model itself.
 
     The model is read once per :meth:`init` by
-    :func:`~numpyro_bnp.infer._model.read_restricted_feature_model`; a model that does not fit
-    raises a ``ValueError`` naming the site expected and listing the sites found.
+    :func:`~numpyro_bnp.infer._restricted_model.read_restricted_feature_model`; a model that
+    does not fit raises a ``ValueError`` naming the site expected and listing the sites found.
 
     :param model: a NumPyro model such as :func:`numpyro_bnp.models.restricted_linear_gaussian`.
     :param bool anneal: temper the likelihood during the first half of the warmup (module
