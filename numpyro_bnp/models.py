@@ -8,6 +8,8 @@ Plain model functions: copy one and edit it, run it under NumPyro's own engines 
   Schaeffer et al. 2022, App. B.2);
 * :func:`factor_analysis` — the same with a Gaussian weight per used feature (Schaeffer et al. 2022,
   App. B.3);
+* :func:`binary_features` — binary observations (black-and-white pixels) from latent features
+  through a logistic link, ``Bernoulli(logits=Z @ A + b)``;
 * :func:`beta_bernoulli_linear_gaussian` — the linear-Gaussian model written with a beta-process
   CRM and Bernoulli counts (Zhu, Bouchard-Côté & Campbell 2020, §4.1);
 * :func:`gamma_poisson_linear_gaussian` — the same with a gamma process and Poisson counts (each
@@ -66,6 +68,7 @@ from numpyro_bnp.mixture_models import (
 
 __all__ = [
     "beta_bernoulli_linear_gaussian",
+    "binary_features",
     "bnb_combinatorial_clustering",
     "factor_analysis",
     "gamma_poisson_linear_gaussian",
@@ -202,6 +205,43 @@ def factor_analysis(
     a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
     w = numpyro.sample("W", dist.Normal(0.0, sigma_w).expand([num_obs, num_features]).to_event(2))
     return _observe("obs", dist.Normal((z * w) @ a, sigma_o), obs)
+
+
+def binary_features(
+    obs=None,
+    *,
+    num_obs,
+    dim,
+    mass=1.0,
+    concentration=1.0,
+    sigma_a=1.0,
+    bias=0.0,
+    max_features=None,
+):
+    r"""Binary observations from latent features through a logistic link (e.g. pixels).
+
+    .. math::
+        Z \sim \mathrm{IBP}(α, β), \quad A_k \sim N(0, σ_A^2 I_D), \quad
+        o_{nd} \mid Z, A, b \sim \mathrm{Bernoulli}(\mathrm{sigmoid}(z_n A_{\cdot d} + b_d)).
+
+    Sites: ``Z`` ``(num_obs, K)``, ``A`` ``(K, dim)``, ``obs`` ``(num_obs, dim)``, and ``bias``
+    ``(dim,)`` when ``bias`` is a prior. ``RIBPFilter(feature_update="memoized")`` fits it
+    through the Jaakkola–Jordan bound and learns the parameters given priors.
+
+    :param bias: the logits' offset ``b`` (a number or a ``(dim,)`` array), or a prior for each
+        of its entries (a NumPyro distribution, e.g. ``dist.Normal(0.0, 3.0)``: a site ``bias``).
+    :param mass, concentration, sigma_a, max_features: as in :func:`linear_gaussian`.
+    """
+    num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
+    mass, _ = _learned(mass, 1.0, max_features)
+    _positive(concentration=concentration, sigma_a=sigma_a)
+    if isinstance(bias, dist.Distribution):
+        bias = numpyro.sample("bias", bias.expand([dim]).to_event(1))
+    num_features = _capacity(mass, concentration, num_obs, max_features)
+    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
+    z = numpyro.sample("Z", ibp)
+    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    return _observe("obs", dist.Bernoulli(logits=z @ a + bias), obs)
 
 
 @renamed_arguments(alpha="mass")

@@ -22,12 +22,15 @@ Latent feature models (:func:`read_feature_model`) need
 * no other latent sample site (deterministic sites are fine), except, for an engine that learns
   them (``hyper=True``), **hyper-parameter sites**: latent sites whose value sets only the
   observed ``Normal``'s scale (the noise, e.g. ``sigma_o ~ HalfNormal``, one for all columns or
-  one per column), the IBP's mass ``alpha``, or the prior of another hyper-parameter site. What
-  a site sets is found by tracing the model again with the site at another value and every
-  other latent site held (:class:`HyperSites`).
+  one per column), the IBP's mass ``alpha``, the offset of a ``Bernoulli``'s logits (a bias,
+  ``Bernoulli(logits=Z @ A + b)``, the same for every row), or the prior of another
+  hyper-parameter site. What a site sets is found by tracing the model again with the site at
+  another value and every other latent site held (:class:`HyperSites`).
 
 When the observed site is ``Normal`` with mean ``Z @ A`` (linear-Gaussian) or ``(Z * W) @ A``
-(factor analysis) at the traced values, the engines can use closed-form updates; this is checked
+(factor analysis) at the traced values, the engines can use closed-form updates; when it is a
+``Bernoulli`` with logits ``Z @ A + offset`` (the same offset for every row, at two different
+values of ``Z`` and ``A``), :attr:`FeatureModel.logit_offset` holds the offset. Both are checked
 numerically on the trace, not assumed from names.
 
 Restricted-IBP feature models are read by
@@ -43,6 +46,7 @@ found. Engines that cache what they read (and the code compiled from it) key the
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,9 +62,11 @@ from numpyro_bnp.distributions import RecursiveIBP
 __all__ = [
     "FeatureModel",
     "HyperSites",
+    "HyperTerms",
     "TracedSites",
     "feature_site",
     "linear_gaussian_noise_var",
+    "logit_offset",
     "model_cache_key",
     "normal_params",
     "observed_site",
@@ -240,13 +246,40 @@ def linear_gaussian_noise_var(obs, z, a):
     return None
 
 
+def logit_offset(obs, z, a):
+    """``(N, D)`` ``logits - z @ a`` if ``obs`` is a ``Bernoulli`` given by its logits, else
+    ``None``. Traceable."""
+    fn = unwrap(obs["fn"])
+    if not isinstance(fn, dist.BernoulliLogits):
+        return None
+    shape = jnp.shape(obs["value"])
+    return jnp.broadcast_to(fn.logits, shape) - jnp.asarray(z) @ jnp.asarray(a)
+
+
+class HyperTerms(NamedTuple):
+    """What the hyper-parameter sites set, at some values (:meth:`HyperSites.terms`).
+
+    :ivar noise_var: ``(D,)`` the observed ``Normal``'s variance per column (``None`` when the
+        likelihood is not ``Normal``).
+    :ivar alpha: the IBP's mass.
+    :ivar log_prior: the log prior density of the hyper-parameter sites.
+    :ivar offset: ``(D,)`` the ``Bernoulli``'s logits minus ``Z @ A`` (``None`` when the
+        likelihood is not a ``Bernoulli`` given by its logits).
+    """
+
+    noise_var: jnp.ndarray | None
+    alpha: jnp.ndarray
+    log_prior: jnp.ndarray
+    offset: jnp.ndarray | None
+
+
 START_QUANTILE = 0.1  # of the prior where a hyper-parameter site starts (see HyperSites.init)
 
 
 class HyperSites:
     """The hyper-parameter sites of a feature model that an engine learns (see the module
-    docstring): the observed ``Normal``'s noise scale, the IBP's mass ``alpha``, and sites that
-    only set their priors.
+    docstring): the observed ``Normal``'s noise scale, the IBP's mass ``alpha``, the offset of
+    a ``Bernoulli``'s logits, and sites that only set their priors.
 
     Their values travel as one flat vector ``(P,)`` (the sites' values raveled in trace order);
     :meth:`terms` reads, by tracing the model at those values with every other latent site held
@@ -259,9 +292,10 @@ class HyperSites:
         more with features, :data:`START_QUANTILE` towards a small noise and a large mass (a
         site's direction read from the model), the median for a site that sets neither.
     :ivar sets_noise, sets_mass: whether some site sets the noise scale, the IBP's mass.
+    :ivar offset_mask: ``(P,)`` bool, the coordinates of the sites that set the logits' offset.
     """
 
-    def __init__(self, model, model_args, model_kwargs, sites, held, obs, ibp, engine):
+    def __init__(self, model, model_args, model_kwargs, sites, held, obs, ibp, features, engine):
         self.names = tuple(s["name"] for s in sites)
         self.shapes = tuple(tuple(jnp.shape(s["value"])) for s in sites)
         self.transforms = tuple(dist.biject_to(s["fn"].support) for s in sites)
@@ -269,16 +303,20 @@ class HyperSites:
         self.init = np.concatenate([np.median(d, axis=0).reshape(-1) for d in self._draws])
         self.init = self.init.astype(np.float64)
         self.sets_noise = self.sets_mass = False
+        self.offset_mask = np.zeros(self.init.size, bool)
         self._model, self._args, self._kwargs = model, tuple(model_args), dict(model_kwargs)
         self._held, self._obs, self._ibp, self._engine = held, obs, ibp, engine
+        self._features = features
+
+    def _coordinates(self, name):
+        index = self.names.index(name)
+        start = sum(int(np.prod(shape, dtype=int)) for shape in self.shapes[:index])
+        return slice(start, start + int(np.prod(self.shapes[index], dtype=int)))
 
     def start_at(self, name, quantile):
         """Start the site ``name`` at the elementwise ``quantile`` of its prior draws."""
-        start = sum(
-            int(np.prod(shape, dtype=int)) for shape in self.shapes[: self.names.index(name)]
-        )
         value = np.quantile(self._draws[self.names.index(name)], quantile, axis=0).reshape(-1)
-        self.init[start : start + value.size] = value
+        self.init[self._coordinates(name)] = value
 
     def trace(self, values):
         """The model's trace with the hyper-parameter sites at ``values`` (a dict) and the other
@@ -316,18 +354,17 @@ class HyperSites:
         )
 
     def terms(self, flat):
-        """``(noise_var (D,) or None, alpha, log_prior)`` at the values ``flat`` ``(P,)``: the
-        observed ``Normal``'s variance per column (``None`` when the likelihood is not
-        ``Normal``), the IBP's mass and the log prior density of the hyper-parameter sites."""
+        """The :class:`HyperTerms` at the values ``flat`` ``(P,)``."""
         values = self.unflatten(flat)
         tr = self.trace(values)
         obs = tr[self._obs]
         noise_var = None
         if isinstance(unwrap(obs["fn"]), dist.Normal):
             noise_var = jnp.broadcast_to(unwrap(obs["fn"]).scale ** 2, jnp.shape(obs["value"]))[0]
+        offset = logit_offset(obs, self._held[self._ibp], self._held[self._features])
         alpha = unwrap(tr[self._ibp]["fn"]).alpha
         log_prior = sum(jnp.sum(tr[n]["fn"].log_prob(values[n])) for n in self.names)
-        return noise_var, alpha, log_prior
+        return HyperTerms(noise_var, alpha, log_prior, None if offset is None else offset[0])
 
 
 def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, ibp, obs, features):
@@ -343,6 +380,7 @@ def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, i
         held,
         obs["name"],
         ibp["name"],
+        features["name"],
         f"{read.engine} (reading the model)",
     )
 
@@ -359,6 +397,10 @@ def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, i
         if isinstance(obs_fn, dist.Normal):
             out["the observed site's distribution"] = jnp.broadcast_to(obs_fn.loc, shape)
             out["noise"] = jnp.broadcast_to(obs_fn.scale, shape)
+        offset = logit_offset(tr[obs["name"]], held[ibp["name"]], held[features["name"]])
+        if offset is not None:  # a Bernoulli is its logits: their offset is all there is
+            del out["the observed site's distribution"]
+            out["offset"] = offset
         for name in held:
             if name not in (ibp["name"], features["name"]):
                 out[f"the prior of {name!r}"] = tr[name]["fn"].log_prob(held[name])
@@ -395,22 +437,25 @@ def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, i
             bad = [
                 w
                 for w in changed
-                if w not in ("alpha", "noise") and w not in {f"the prior of {n!r}" for n in names}
+                if w not in ("alpha", "noise", "offset")
+                and w not in {f"the prior of {n!r}" for n in names}
             ]
             if bad:
                 read.reject(
                     f"the latent site {site['name']!r} sets {', '.join(bad)}; an engine of "
                     "feature models learns hyper-parameter sites that set only the observed "
-                    "Normal's scale, the IBP's alpha or another such site's prior"
+                    "Normal's scale, the IBP's alpha, the offset of a Bernoulli's logits "
+                    "(a bias) or another such site's prior"
                 )
-            if "noise" in changed:
-                noise = moved["noise"]
-                if not np.all(noise == noise[:1]):
+            for what, thing in (("noise", "noise scale"), ("offset", "logits' offset")):
+                if what in changed and not np.all(moved[what] == moved[what][:1]):
                     read.reject(
-                        f"the noise scale set by {site['name']!r} must be the same for every row"
+                        f"the {thing} set by {site['name']!r} must be the same for every row"
                     )
             hyper.sets_noise |= "noise" in changed
             hyper.sets_mass |= "alpha" in changed
+            if "offset" in changed:
+                hyper.offset_mask[hyper._coordinates(site["name"])] = True
             # start where features explain more (small noise, large mass): from there the
             # M-steps raise the noise to what the features leave; from the other side they stop
             # at the first level the few features born by then explain (D = 10, σ_o = 0.3: 0.86
@@ -438,6 +483,9 @@ class FeatureModel:
         traced values of the hyper-parameter sites when there are some).
     :ivar hyper: the model's :class:`HyperSites` (``read_feature_model(hyper=True)``), or
         ``None`` when it has none.
+    :ivar logit_offset: ``(D,)`` when the observed site is a ``Bernoulli`` with logits
+        ``Z @ A + offset`` (the same for every row): the offset at the traced values of the
+        hyper-parameter sites; else ``None``.
     """
 
     model: object
@@ -462,6 +510,7 @@ class FeatureModel:
     obs_support: object = None
     engine: str = "this engine"
     hyper: HyperSites | None = None
+    logit_offset: np.ndarray | None = None
 
     def check_observed(self, values, name):
         """Raise ``ValueError`` unless every row of ``values`` ``(n, D)`` is in the support of the
@@ -486,12 +535,13 @@ class FeatureModel:
                 f"{col})"
             )
 
-    def row_log_likelihood(self, z, a, obs, w=None):
+    def row_log_likelihood(self, z, a, obs, w=None, hyper=None):
         """``log p(o | z, A[, w])`` of ONE observation through the model's own observed site.
 
-        :func:`row_log_density` with ``Z`` = ``z[None]``, ``A`` = ``a`` and the weights =
-        ``w[None]``. ``z`` may be real-valued (a relaxation). Pure and differentiable in ``a``;
-        traceable under ``jit``.
+        :func:`row_log_density` with ``Z`` = ``z[None]``, ``A`` = ``a``, the weights =
+        ``w[None]`` and the hyper-parameter sites at ``hyper`` (a flat ``(P,)`` vector, see
+        :class:`HyperSites`). ``z`` may be real-valued (a relaxation). Pure and differentiable
+        in ``a``; traceable under ``jit``.
 
         :param z: ``(K,)``; :param a: ``(K, D)``; :param obs: ``(D,)``; :param w: ``(K,)``.
         :return: scalar.
@@ -499,6 +549,8 @@ class FeatureModel:
         values = {self.ibp_site: z[None], self.feature_site: a}
         if self.weight_site is not None:
             values[self.weight_site] = w[None]
+        if hyper is not None:
+            values.update(self.hyper.unflatten(hyper))
         return row_log_density(
             self.model,
             self.model_args,
@@ -584,8 +636,8 @@ def read_feature_model(
         fail(
             "only the IBP, feature, optional (N, K) Normal weight and observed sites "
             f"(unexpected latent sites: {[s['name'] for s in others + weights[1:]]}; "
-            "hyper-parameters such as the noise scale or the IBP's mass are learned by "
-            "RIBPFilter(model, feature_update='memoized'), for Gaussian likelihoods; or make "
+            "hyper-parameters such as the noise scale, the IBP's mass or a Bernoulli's bias "
+            "are learned by RIBPFilter(model, feature_update='memoized'); or make "
             "them model arguments with fixed values and compare values "
             "by the held-out score of a validation split, see "
             "numpyro_bnp.infer.streaming.learning_curve)"
@@ -639,5 +691,37 @@ def read_feature_model(
     if noise_var is not None:
         likelihood = "linear_gaussian" if weights is None else "factor_analysis"
         spec["noise_var"] = noise_var
+    elif weights is None:
+        spec["logit_offset"] = _linear_logit_offset(
+            model, model_args, model_kwargs, [*latent, ibp], obs, ibp, features
+        )
     spec["likelihood"] = likelihood
     return FeatureModel(**spec)
+
+
+def _linear_logit_offset(model, model_args, model_kwargs, latent, obs, ibp, features):
+    """``(D,)`` the offset of a ``Bernoulli``'s logits ``Z @ A + offset``, or ``None``.
+
+    The offset read at the traced ``Z, A`` must be the same for every row, and the same again
+    at ``1 - Z`` and ``2 A + 1`` (every other latent site held): the logits are then taken to
+    be linear in ``Z @ A``.
+    """
+    z, a = np.asarray(ibp["value"], np.float64), np.asarray(features["value"], np.float64)
+    with jax.ensure_compile_time_eval():
+        first = logit_offset(obs, z, a)
+        if first is None:
+            return None
+        first = np.asarray(first, np.float64)
+        held = {s["name"]: s["value"] for s in latent}
+        moved = {ibp["name"]: 1.0 - z, features["name"]: 2.0 * a + 1.0}
+        tr = trace_model(
+            handlers.substitute(model, data={**held, **moved}),
+            model_args,
+            model_kwargs,
+            "reading the model",
+        )
+        second = np.asarray(logit_offset(tr[obs["name"]], 1.0 - z, 2.0 * a + 1.0), np.float64)
+    scale = 1e-6 * (1.0 + np.abs(1.0 - z) @ np.abs(2.0 * a + 1.0) + np.abs(first))
+    if np.all(np.abs(first - first[:1]) <= scale) and np.all(np.abs(second - first) <= scale):
+        return first[0].copy()
+    return None

@@ -68,11 +68,13 @@ def check_state(filt, state, name):
     }
     if "buffer" in fields:  # the memoized update's statistics and buffer
         rows = fields["buffer"].shape[0] if fields["buffer"].ndim == 2 else -1
+        bernoulli = filt.kind == "bernoulli"  # per-column statistics with a constant term
         shapes.update(
-            gram=(capacity, capacity),
-            cross=(capacity, dim),
+            gram=(dim, capacity + 1, capacity + 1) if bernoulli else (capacity, capacity),
+            cross=(capacity + bernoulli, dim),
             born=(capacity,),
             buffer=(filt.memo_options.buffer_size, dim),
+            buffer_prec=(rows, dim if bernoulli else 0),
             obs_moment=(dim,),
             hyper=(0 if filt.spec.hyper is None else filt.spec.hyper.init.size,),
             **{

@@ -202,7 +202,8 @@ def log_predictive_fn(const, num_samples):
         dt = const.dtype
         eps = jnp.finfo(dt).eps
         prior, b = local_fit(const, state, o)
-        if const.kind != "generic":  # see proposal_mode
+        gaussian = const.kind in ("linear_gaussian", "factor_analysis")
+        if gaussian:  # see proposal_mode
             z_hat = proposal_mode(const, state, o, prior, b)
             refit = fit_closed_form(const, state, o, z_hat, logit(prior), update_features=False)
             # coordinate ascent from z_hat can slide back to the plain fit's optimum (on 4 of
@@ -216,7 +217,7 @@ def log_predictive_fn(const, num_samples):
         log_ratio = z @ (jnp.log(prior) - jnp.log(proposal)) + (1 - z) @ (
             jnp.log1p(-prior) - jnp.log1p(-proposal)
         )
-        if const.kind == "generic":
+        if not gaussian:  # the model's own likelihood, features drawn from q(A)
             a = state.mean + jnp.sqrt(state.var) * random.normal(
                 key_a, (num_samples, *state.mean.shape), dt
             )

@@ -8,7 +8,9 @@ running statistics with :func:`absorb` and then calls :func:`retire_holes`; the 
 (:mod:`numpyro_bnp.infer._ribp_predictive`) fit rows with :func:`fit` with the features held
 fixed. The coordinate-ascent sweep has one slot function per Gaussian likelihood
 (:func:`linear_gaussian_slot`, :func:`factor_analysis_slot`); the generic likelihood has its
-own Newton sweep (:func:`fit_generic`). Equations refer to Schaeffer, Du, Liu & Fiete,
+own Newton sweep (:func:`fit_generic`); a ``Bernoulli`` with logits ``z @ A + offset`` under the
+memoized update is fitted through its quadratic lower bound as a linear-Gaussian row
+(:func:`fit_bernoulli`). Equations refer to Schaeffer, Du, Liu & Fiete,
 *Streaming Inference for Infinite Feature Models*, ICML 2022.
 
 **Existence probabilities (a correction to the paper).** Eq. 5 needs the number of features
@@ -119,7 +121,8 @@ class RIBPInfo(NamedTuple):
 class RIBPConstants(NamedTuple):
     """What the filter's functions need from the model and the filter's options, frozen.
 
-    :ivar str kind: ``"linear_gaussian"``, ``"factor_analysis"`` or ``"generic"``.
+    :ivar str kind: ``"linear_gaussian"``, ``"factor_analysis"``, ``"generic"`` or
+        ``"bernoulli"`` (a ``Bernoulli`` with logits ``z @ A + logit_offset``, memoized update).
     :ivar dtype: the floating dtype of the state.
     :ivar ibp: the :class:`~numpyro_bnp.distributions.RecursiveIBP` of the model's ``α, β``
         (its filtering prior, Eq. 5).
@@ -127,7 +130,7 @@ class RIBPConstants(NamedTuple):
     :ivar noise_prec: ``(D,)`` noise precision ``Λ`` (Gaussian kinds), else ``None``.
     :ivar float weight_loc, weight_var: prior of the weights (factor analysis).
     :ivar row_log_likelihood: ``(z (K,), A (K, D), o (D,)) -> log p(o | z, A)``, the model's
-        own (generic kind), else ``None``.
+        own (generic and Bernoulli kinds), else ``None``.
     :ivar int num_steps: coordinate-ascent sweeps per observation.
     :ivar int newton_steps: Newton steps per slot and sweep (generic kind).
     :ivar str feature_update: ``"paper"``, ``"birth"`` (module docstring) or
@@ -139,6 +142,7 @@ class RIBPConstants(NamedTuple):
         memoized update, whose state holds their values), else ``None``; ``noise_prec`` and
         ``ibp`` then hold their values at the traced model and :func:`at_state` gives the
         constants at a state's values.
+    :ivar logit_offset: ``(D,)`` the logits' offset (Bernoulli kind), else ``None``.
     """
 
     kind: str
@@ -156,16 +160,26 @@ class RIBPConstants(NamedTuple):
     ossify: bool
     retire_threshold: float
     hyper: Any = None
+    logit_offset: jnp.ndarray | None = None
 
 
 def at_state(const, state):
-    """``const`` with the noise precision and the IBP's mass at the hyper-parameter values
-    ``state.hyper`` (``const`` itself when the model has no hyper-parameter sites)."""
+    """``const`` with the noise precision, the IBP's mass, the logits' offset and the model's
+    likelihood at the hyper-parameter values ``state.hyper`` (``const`` itself when the model
+    has no hyper-parameter sites)."""
     if const.hyper is None:
         return const
-    noise_var, alpha, _ = const.hyper.terms(state.hyper)
-    ibp = RecursiveIBP(alpha.astype(const.dtype), const.ibp.beta, num_rows=1, max_features=1)
-    return const._replace(noise_prec=(1.0 / noise_var).astype(const.dtype), ibp=ibp)
+    terms = const.hyper.terms(state.hyper)
+    ibp = RecursiveIBP(terms.alpha.astype(const.dtype), const.ibp.beta, num_rows=1, max_features=1)
+    const = const._replace(ibp=ibp)
+    if terms.noise_var is not None:
+        const = const._replace(noise_prec=(1.0 / terms.noise_var).astype(const.dtype))
+    if terms.offset is not None:
+        const = const._replace(logit_offset=terms.offset.astype(const.dtype))
+    if const.row_log_likelihood is not None:
+        rll = functools.partial(const.row_log_likelihood, hyper=state.hyper)
+        const = const._replace(row_log_likelihood=rll)
+    return const
 
 
 def empty(const, capacity):
@@ -241,7 +255,7 @@ def fit(const, state, obs, q, prior_logit, *, update_features):
         ``(K, D)``, and for factor analysis the weights' ``(ϕ, Φ)`` given ``z = 1`` (``None``
         otherwise).
     """
-    fit_kind = fit_generic if const.kind == "generic" else fit_closed_form
+    fit_kind = {"generic": fit_generic, "bernoulli": fit_bernoulli}.get(const.kind, fit_closed_form)
     return fit_kind(const, state, obs, q, prior_logit, update_features=update_features)
 
 
@@ -581,12 +595,72 @@ def fit_generic(const, state, obs, q, prior_logit, *, update_features):
     return b, mean, var, None
 
 
+JJ_ROUNDS = 3  # alternations of the rows' b and their bound's ξ (fit_bernoulli)
+
+
+def logit_moments(const, state, b):
+    """``(E ψ, E ψ²)`` ``(D,)`` of the logits ``ψ = z @ A + offset`` under ``q(z) = Bernoulli(b)``
+    and the features' ``q(A)`` (both factorised)."""
+    mu, var = state.mean, state.var
+    mean = b @ mu + const.logit_offset
+    spread = b @ (mu * mu + var) - (b * b) @ (mu * mu)
+    return mean, mean * mean + spread
+
+
+def bound_curvature(xi):
+    """``2 λ(ξ) = tanh(ξ/2) / (2ξ)`` of the Jaakkola–Jordan bound ``log σ(x) ≥ log σ(ξ) +
+    (x - ξ)/2 - λ(ξ)(x² - ξ²)`` (1/4 at ``ξ = 0``)."""
+    small = jnp.abs(xi) < 1e-3
+    safe = jnp.where(small, 1.0, xi)
+    return jnp.where(small, 0.25 - xi * xi / 48.0, jnp.tanh(0.5 * safe) / (2.0 * safe))
+
+
+def bernoulli_row(const, state, obs, q, prior_logit):
+    """``(b (K,), prec (D,))``: one row of 0/1 ``obs`` ``(D,)`` fitted through the
+    Jaakkola–Jordan bound, features held fixed (``const.kind == "bernoulli"``).
+
+    The bound makes ``log p(o_d | ψ_d)`` the quadratic ``(o_d - ½) ψ_d - ½ P_d ψ_d²`` (up to a
+    constant), ``P_d = 2λ(ξ_d)``: the log density of a Gaussian pseudo-observation
+    ``y_d = (o_d - ½)/P_d`` of ``ψ_d`` with precision ``P_d``. So ``b`` is the linear-Gaussian
+    fit (:func:`fit_closed_form`) of ``y - offset`` with noise precision ``P``, alternated
+    ``JJ_ROUNDS`` times with the bound's optimum ``ξ_d² = E ψ_d²`` (from ``ξ = 0``,
+    ``P = 1/4``). Jaakkola & Jordan, *Bayesian parameter estimation via variational methods*,
+    Statistics and Computing 2000.
+    """
+    prec = jnp.full(obs.shape, 0.25, const.dtype)
+    b = q
+    for _ in range(JJ_ROUNDS):
+        gaussian = const._replace(kind="linear_gaussian", noise_prec=prec)
+        pseudo = (obs - 0.5) / prec - const.logit_offset
+        b = fit_closed_form(gaussian, state, pseudo, q, prior_logit, update_features=False)[0]
+        prec = bound_curvature(jnp.sqrt(logit_moments(const, state, b)[1]))
+    return b, prec
+
+
+def fit_bernoulli(const, state, obs, q, prior_logit, *, update_features):
+    """:func:`bernoulli_row` in :func:`fit`'s form (features held fixed: the memoized update
+    solves them from its statistics)."""
+    if update_features:
+        raise ValueError("the Bernoulli kind fits rows to fixed features (memoized update)")
+    return bernoulli_row(const, state, obs, q, prior_logit)[0], state.mean, state.var, None
+
+
+def bernoulli_bound(const, state, obs, b):
+    """The Jaakkola–Jordan lower bound on ``E log p(o | z, A)`` of 0/1 ``obs`` ``(D,)`` at its
+    optimal ``ξ² = E ψ²``: ``Σ_d log σ(ξ_d) + (o_d - ½) E ψ_d - ξ_d/2``."""
+    mean, second = logit_moments(const, state, b)
+    xi = jnp.sqrt(second)
+    return jnp.sum(jax.nn.log_sigmoid(xi) + (obs - 0.5) * mean - 0.5 * xi)
+
+
 def elbo(const, state, obs, q, b, local):
     """ELBO of ``o_n`` under the prior features ``q(A | o_<n)`` and the fitted ``b`` (, w)."""
     mu0, var0 = state.mean, state.var
     kl = jnp.sum(bernoulli_kl(b, q))
     if const.kind == "generic":
         return const.row_log_likelihood(b, mu0, obs) - kl
+    if const.kind == "bernoulli":
+        return bernoulli_bound(const, state, obs, b) - kl
     lam = const.noise_prec
     if local is None:
         phi, ew2 = jnp.ones_like(b), jnp.ones_like(b)

@@ -29,16 +29,18 @@ with the feature integrated out. After each observation the *holes* (slots
 whose existence probability is below ``retire_threshold`` while a later slot's is above it) are
 reset to the prior and moved behind the live slots.
 
-**The memoized update** (``feature_update="memoized"``, Gaussian likelihoods,
-:mod:`numpyro_bnp.infer._ribp_memoized`): the same filtering prior and existence bookkeeping,
-but the features are the exact Gaussian posterior given accumulated statistics, a buffer of
-recent rows is revisited every few rows, and features are born from the buffer's residuals and
-deleted when unused; its held-out score keeps improving along the stream where the paper's
-update stops (``docs/ribp.md``).
+**The memoized update** (``feature_update="memoized"``, Gaussian likelihoods and Bernoulli
+pixels with logits ``Z @ A + b``, :mod:`numpyro_bnp.infer._ribp_memoized`): the same filtering
+prior and existence bookkeeping, but the features are the Gaussian posterior given accumulated
+statistics (for the Bernoulli, of its Jaakkola–Jordan quadratic bound), a buffer of recent rows
+is revisited every few rows, and features are born from the buffer's residuals and deleted when
+unused; its held-out score keeps improving along the stream where the paper's update stops
+(``docs/ribp.md``).
 
-**Hyper-parameters** (memoized update only): a model may give the noise scale and the IBP's
-mass priors (latent sites, :class:`~numpyro_bnp.infer._model.HyperSites`); the filter learns
-their MAP along the stream (:func:`~numpyro_bnp.infer._ribp_memoized.learn_hyper`).
+**Hyper-parameters** (memoized update only): a model may give the noise scale, the IBP's mass
+and the Bernoulli logits' bias priors (latent sites,
+:class:`~numpyro_bnp.infer._model.HyperSites`); the filter learns their MAP along the stream
+(:func:`~numpyro_bnp.infer._ribp_memoized.learn_hyper`).
 
 **Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
 one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
@@ -82,7 +84,6 @@ from numpyro_bnp._checks import (
     prng_key,
     unit_interval,
 )
-from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer import (
     _ribp_checks,
@@ -113,11 +114,12 @@ class RIBPFilter(ModelEngine):
     :param str likelihood: ``"auto"`` (closed form when the model allows, else generic) or
         ``"generic"`` to force the Newton path.
     :param str feature_update: ``"paper"`` (default), ``"birth"`` (see
-        :mod:`numpyro_bnp.infer._ribp_update`), or ``"memoized"`` (Gaussian likelihoods:
-        features from accumulated statistics, a revisited buffer of recent rows, births and
-        deletes; see :mod:`numpyro_bnp.infer._ribp_memoized`). Only ``"memoized"`` takes a
-        model whose noise scale or IBP mass is a latent site with a prior (e.g.
-        ``sigma_o ~ HalfNormal``): it learns them (:attr:`RIBPResult.hyper_parameters`).
+        :mod:`numpyro_bnp.infer._ribp_update`), or ``"memoized"`` (Gaussian likelihoods and
+        ``Bernoulli(logits=Z @ A + b)``: features from accumulated statistics, a revisited
+        buffer of recent rows, births and deletes; see :mod:`numpyro_bnp.infer._ribp_memoized`).
+        Only ``"memoized"`` takes a model whose noise scale, IBP mass or logits' bias is a
+        latent site with a prior (e.g. ``sigma_o ~ HalfNormal``): it learns them
+        (:attr:`RIBPResult.hyper_parameters`).
     :param int buffer_size: ``"memoized"``: recent rows kept and revisited.
     :param int refresh_every: ``"memoized"``: rows between refreshes (revisit, births, deletes).
     :param int max_births: ``"memoized"``: birth moves tried per refresh.
@@ -287,12 +289,15 @@ class RIBPFilter(ModelEngine):
             )
         _ribp_checks.check_constants(spec, self.dtype)
         if self.feature_update == "memoized" and kind == "generic":
-            raise ValueError(
-                "RIBPFilter(feature_update='memoized') expected a Gaussian likelihood "
-                "(obs ~ Normal(Z @ A, σ) or Normal((Z * W) @ A, σ)); the model's observed site "
-                f"{spec.obs_site!r} is not one: use feature_update='paper' "
-                f"(sites: {'; '.join(spec.site_summary)})"
-            )
+            if spec.logit_offset is None:
+                raise ValueError(
+                    "RIBPFilter(feature_update='memoized') expected a Gaussian likelihood "
+                    "(obs ~ Normal(Z @ A, σ) or Normal((Z * W) @ A, σ)) or a Bernoulli with "
+                    "logits Z @ A + b (b the same for every row); the model's observed site "
+                    f"{spec.obs_site!r} is neither: use feature_update='paper' "
+                    f"(sites: {'; '.join(spec.site_summary)})"
+                )
+            kind = "bernoulli"
         dt = self.dtype
         self.spec, self.kind = spec, kind
         self.dim = spec.dim
@@ -307,13 +312,16 @@ class RIBPFilter(ModelEngine):
             noise_prec=None if spec.noise_var is None else jnp.asarray(1.0 / spec.noise_var, dt),
             weight_loc=spec.weight_loc,
             weight_var=spec.weight_var,
-            row_log_likelihood=spec.row_log_likelihood if kind == "generic" else None,
+            row_log_likelihood=(
+                spec.row_log_likelihood if kind in ("generic", "bernoulli") else None
+            ),
             num_steps=self.num_steps or (5 if kind == "factor_analysis" else 3),
             newton_steps=self.newton_steps,
             feature_update=self.feature_update,
             ossify=self.ossify,
             retire_threshold=self.retire_threshold,
             hyper=spec.hyper,
+            logit_offset=None if kind != "bernoulli" else jnp.asarray(spec.logit_offset, dt),
         )
         self._spec_key = key
         if self.feature_update == "memoized":
@@ -406,21 +414,7 @@ class RIBPFilter(ModelEngine):
         )
         if self.feature_update != "memoized":
             return grown
-        # slots that did not exist when the buffer's rows were fitted: the smallest prior
-        floor = float(logit(jnp.finfo(self.dtype).eps))
-        rows = state.buffer.shape[0]
-        return grown._replace(
-            gram=jnp.pad(state.gram, ((0, extra), (0, extra))),
-            cross=jnp.concatenate([state.cross, fresh.cross]),
-            born=jnp.concatenate([state.born, fresh.born]),
-            buffer_logit=jnp.concatenate(
-                [state.buffer_logit, jnp.full((rows, extra), floor, self.dtype)], axis=1
-            ),
-            **{
-                f: jnp.pad(getattr(state, f), ((0, 0), (0, extra)))
-                for f in ("buffer_use", "buffer_coef", "buffer_moment")
-            },
-        )
+        return _ribp_memoized.grow(self.constants, state, grown, extra)
 
     # ------------------------------------------------------------------ the update
     def prior(self, state):
