@@ -639,13 +639,19 @@ def birth(const, options, state):
         moment = state.buffer_moment.at[:, slot].set(column)
         state = _replace_rows(state, weight, use, coef, moment)
         eps = jnp.finfo(const.dtype).eps
-        # the buffer's rows were fitted against the prior of creating this feature (logits of
-        # -7 to -16 on binarized digits); they are revisited against the IBP's prior of taking
-        # an existing dish used by the candidate's rows, m / (B + β)
-        taken = jnp.sum(column) / (jnp.sum(weight) + const.ibp.beta)
-        taken = jnp.clip(taken, eps, 1.0 - eps)
+        if const.kind == "bernoulli":
+            # the buffer's rows were fitted against the prior of creating this feature (logits
+            # of -7 to -16 on binarized digits), too little for a Bernoulli row's evidence:
+            # the revisit switched a born feature off in every row at once. They are revisited
+            # against the IBP's prior of taking an existing dish used by the candidate's rows,
+            # m / (B + β). For Gaussian rows the same change was mixed (held-out -12.7 instead
+            # of -9.2 after 300 rows at D = 10, α = 3; NLL 87.8 instead of 90.2 after 10,000 at
+            # D = 50): they keep theirs.
+            taken = jnp.sum(column) / (jnp.sum(weight) + const.ibp.beta)
+            taken = jnp.clip(taken, eps, 1.0 - eps)
+            logit_taken = jnp.log(taken) - jnp.log1p(-taken)
+            state = state._replace(buffer_logit=state.buffer_logit.at[:, slot].set(logit_taken))
         return state._replace(
-            buffer_logit=state.buffer_logit.at[:, slot].set(jnp.log(taken) - jnp.log1p(-taken)),
             existence=state.existence.at[slot].set(1.0 - eps),
             born=state.born.at[slot].set(True),
             mean=state.mean.at[slot].set(value),
