@@ -39,7 +39,7 @@ hyper-parameter site, see :class:`~numpyro_bnp.infer._model.HyperSites`), they s
 side of more features (a small noise, a large mass: ``HyperSites.init``) and, once the buffer
 has been filled, each refresh ends with their MAP given the statistics (:func:`learn_hyper`,
 an M-step of variational EM); the rows that follow are fitted at the new values. A Bernoulli's
-bias (the offset of its logits) is learned from the first refresh on.
+bias (the offset of its logits) is learned from the first refresh on, before its births.
 
 With no information in the data (``σ_o → ∞``) every ``b`` equals the filtering prior, no
 birth is accepted (their Bayes factor is not positive) and nothing is deleted (only born
