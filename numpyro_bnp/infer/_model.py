@@ -693,13 +693,13 @@ def read_feature_model(
         spec["noise_var"] = noise_var
     elif weights is None:
         spec["logit_offset"] = _linear_logit_offset(
-            model, model_args, model_kwargs, [*latent, ibp], obs, ibp, features
+            model, model_args, model_kwargs, [*latent, ibp], obs, ibp, features, engine
         )
     spec["likelihood"] = likelihood
     return FeatureModel(**spec)
 
 
-def _linear_logit_offset(model, model_args, model_kwargs, latent, obs, ibp, features):
+def _linear_logit_offset(model, model_args, model_kwargs, latent, obs, ibp, features, engine):
     """``(D,)`` the offset of a ``Bernoulli``'s logits ``Z @ A + offset``, or ``None``.
 
     The offset read at the traced ``Z, A`` must be the same for every row, and the same again
@@ -718,9 +718,12 @@ def _linear_logit_offset(model, model_args, model_kwargs, latent, obs, ibp, feat
             handlers.substitute(model, data={**held, **moved}),
             model_args,
             model_kwargs,
-            "reading the model",
+            f"{engine} (reading the model)",
         )
-        second = np.asarray(logit_offset(tr[obs["name"]], 1.0 - z, 2.0 * a + 1.0), np.float64)
+        second = logit_offset(tr[obs["name"]], 1.0 - z, 2.0 * a + 1.0)
+    if second is None:
+        return None
+    second = np.asarray(second, np.float64)
     scale = 1e-6 * (1.0 + np.abs(1.0 - z) @ np.abs(2.0 * a + 1.0) + np.abs(first))
     if np.all(np.abs(first - first[:1]) <= scale) and np.all(np.abs(second - first) <= scale):
         return first[0].copy()
