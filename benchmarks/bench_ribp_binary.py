@@ -157,6 +157,31 @@ def header():
     )
 
 
+def filter_rows(train, test, sizes, truth=None, paper=True, **model_kwargs):
+    """Print the rows of independent pixels, the paper's update (bias at the data's logits;
+    unless ``paper`` is False) and the memoized update (bias learned) after each of ``sizes``
+    training images, with the features recovered of ``truth`` where given; returns the
+    memoized filter's final result."""
+    memo, memo_end, memo_s = curve("memoized", train, test, sizes, bias=BIAS_PRIOR, **model_kwargs)
+    if paper:
+        base, base_end, base_s = curve(
+            "paper", train, test, sizes, bias=data_logits(train), **model_kwargs
+        )
+    recovered = ""
+    if truth is not None:
+        learned = memo_end.features["mean"]
+        recovered = f"{matched(learned, truth, 0.3)}/{matched(learned, truth, 0.5)}"
+    last = len(sizes) - 1
+    for i, n in enumerate(sizes):
+        row("independent pixels", n, independent_pixels(train[:n], test))
+        if paper:
+            end = (len(base_end.features["mean"]), "", base_s) if i == last else ()
+            row("R-IBP paper's update, bias = data logits", n, base[i], *end)
+        end = (len(memo_end.features["mean"]), recovered, memo_s) if i == last else ()
+        row("R-IBP memoized, bias learned", n, memo[i], *end)
+    return memo_end
+
+
 def bars_section(quick):
     sizes = [100, 300, 1000] if quick else [100, 300, 1000, 3000]
     features, images = bars(max(sizes) + 500, seed=0)
@@ -170,31 +195,8 @@ def bars_section(quick):
     zs = (rng.random((20_000, 12)) < 0.15).astype(float)
     oracle = mixture_score(test, zs @ features - 3.0, -np.log(len(zs)))
     row("oracle: true bars, bias and probabilities", "-", oracle)
-    kwargs = dict(mass=2.0, sigma_a=3.0)
-    memo, memo_end, memo_s = curve("memoized", train, test, sizes, bias=BIAS_PRIOR, **kwargs)
-    paper, paper_end, paper_s = curve(
-        "paper", train, test, sizes, bias=data_logits(train), **kwargs
-    )
-    last = len(sizes) - 1
-    for i, n in enumerate(sizes):
-        row("independent pixels", n, independent_pixels(train[:n], test))
-        row(
-            "R-IBP paper's update, bias = data logits",
-            n,
-            paper[i],
-            *((len(paper_end.features["mean"]), "", paper_s) if i == last else ()),
-        )
-        learned = memo_end.features["mean"]
-        rec = f"{matched(learned, features, 0.3)}/{matched(learned, features, 0.5)}"
-        row(
-            "R-IBP memoized, bias learned",
-            n,
-            memo[i],
-            *((len(learned), rec, memo_s) if i == last else ()),
-        )
-    print(
-        f"   memoized: learned bias mean {memo_end.hyper_parameters['bias'].mean():.2f} (truth -3)"
-    )
+    memo = filter_rows(train, test, sizes, features, mass=2.0, sigma_a=3.0)
+    print(f"   memoized: learned bias mean {memo.hyper_parameters['bias'].mean():.2f} (truth -3)")
     if not quick:
         n = 300
         score, feats, seconds = hmc_gibbs(train[:n], test, 24, 150, 2.0, 3.0)
@@ -215,26 +217,7 @@ def digits_section(quick):
         "200 test images"
     )
     header()
-    kwargs = dict(mass=3.0, sigma_a=2.0)
-    memo, memo_end, memo_s = curve("memoized", train, test, sizes, bias=BIAS_PRIOR, **kwargs)
-    paper, paper_end, paper_s = curve(
-        "paper", train, test, sizes, bias=data_logits(train), **kwargs
-    )
-    last = len(sizes) - 1
-    for i, n in enumerate(sizes):
-        row("independent pixels", n, independent_pixels(train[:n], test))
-        row(
-            "R-IBP paper's update, bias = data logits",
-            n,
-            paper[i],
-            *((len(paper_end.features["mean"]), "", paper_s) if i == last else ()),
-        )
-        row(
-            "R-IBP memoized, bias learned",
-            n,
-            memo[i],
-            *((len(memo_end.features["mean"]), "", memo_s) if i == last else ()),
-        )
+    filter_rows(train, test, sizes, mass=3.0, sigma_a=2.0)
     return train
 
 
@@ -279,17 +262,7 @@ def mnist_section(num_images):
         f"\n== 4. binarized MNIST (digits 1 3 5 7 9, > 127): {len(train)} training, 500 test images"
     )
     header()
-    memo, memo_end, memo_s = curve(
-        "memoized", train, test, sizes, bias=BIAS_PRIOR, mass=10.0, sigma_a=2.0
-    )
-    for i, n in enumerate(sizes):
-        row("independent pixels", n, independent_pixels(train[:n], test))
-        row(
-            "R-IBP memoized, bias learned",
-            n,
-            memo[i],
-            *((len(memo_end.features["mean"]), "", memo_s) if i == len(sizes) - 1 else ()),
-        )
+    filter_rows(train, test, sizes, paper=False, mass=10.0, sigma_a=2.0)
 
 
 def main():

@@ -15,7 +15,7 @@ from scipy import stats
 from scipy.integrate import quad
 
 from numpyro_bnp.distributions import RecursiveIBP
-from numpyro_bnp.infer import RIBPFilter, _ribp_memoized, streaming
+from numpyro_bnp.infer import RIBPFilter, _ribp_hyper, _ribp_memoized, streaming
 from numpyro_bnp.infer._ribp_memoized import RIBPMemoState
 from numpyro_bnp.models import binary_features, factor_analysis, linear_gaussian
 
@@ -214,9 +214,9 @@ def test_the_hyper_parameters_m_step_is_the_closed_form_map(data, tmp_path):
     coef, moment, mean, var = state.buffer_coef, state.buffer_moment, state.mean, state.var
     resid = data[:64] - coef @ mean
     by_row = np.sum(resid**2, axis=0) + np.sum(moment @ (mean**2 + var) - (coef**2) @ mean**2, 0)
-    np.testing.assert_allclose(_ribp_memoized.expected_residual(state), by_row, rtol=1e-9)
+    np.testing.assert_allclose(_ribp_hyper.expected_residual(state), by_row, rtol=1e-9)
 
-    learned = _ribp_memoized.learn_hyper(const, state, True).hyper
+    learned = _ribp_hyper.learn_hyper(const, state, True).hyper
     n, dim = 64, 6
     noise_var = (by_row.sum() / 2 + 0.2) / (n * dim / 2 + 3.0 + 1.0)
     alpha = (float(np.sum(state.existence)) + 2.0 - 1.0) / (np.sum(1.0 / np.arange(1, n + 1)) + 1.0)
@@ -390,7 +390,7 @@ def test_bernoulli_statistics_m_step_and_birth_are_exact(tmp_path):
     size = state.mean.shape[0]
     linked = np.sum(np.asarray(state.gram[:, size, :size]) * np.asarray(state.mean).T, axis=1)
     expected = (state.cross[size] - linked - 1.0 / 4.0) / (state.gram[:, size, size] + 1.0 / 4.0)
-    learned = _ribp_memoized.learn_hyper(const, state, True).hyper
+    learned = _ribp_hyper.learn_hyper(const, state, True).hyper
     np.testing.assert_allclose(learned, expected, rtol=1e-8)
 
     run.save(tmp_path / "state.npz")

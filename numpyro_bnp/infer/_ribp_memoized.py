@@ -37,9 +37,10 @@ Rows leaving the buffer keep the curvature they were last fitted with.
 **Hyper-parameters.** When the model gives the noise scale or the IBP's mass a prior (a
 hyper-parameter site, see :class:`~numpyro_bnp.infer._model.HyperSites`), they start on the
 side of more features (a small noise, a large mass: ``HyperSites.init``) and, once the buffer
-has been filled, each refresh ends with their MAP given the statistics (:func:`learn_hyper`,
-an M-step of variational EM); the rows that follow are fitted at the new values. A Bernoulli's
-bias (the offset of its logits) is learned from the first refresh on, before its births.
+has been filled, each refresh ends with their MAP given the statistics (an M-step of
+variational EM, :func:`~numpyro_bnp.infer._ribp_hyper.learn_hyper`); the rows that follow are
+fitted at the new values. A Bernoulli's bias (the offset of its logits) is learned from the
+first refresh on, before its births.
 
 With no information in the data (``σ_o → ∞``) every ``b`` equals the filtering prior, no
 birth is accepted (their Bayes factor is not positive) and nothing is deleted (only born
@@ -52,9 +53,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.special import digamma, gammaln, logsumexp
+from jax.scipy.special import gammaln, logsumexp
 
 from numpyro_bnp._math import logit
+from numpyro_bnp.infer._ribp_hyper import learn_hyper
 from numpyro_bnp.infer._ribp_update import (
     absorb,
     at_state,
@@ -70,7 +72,6 @@ NUM_GROWTH_STEPS = 4  # k-means-like re-estimations of a birth candidate from it
 REVISIT_BATCH = 16  # rows one sequential revisit fits at once (lax.map batches)
 NUM_PARALLEL_STEPS = 6  # damped parallel mean-field steps of a buffer revisit
 PARALLEL_DAMPING = 0.5
-HYPER_NEWTON_STEPS = 8  # Newton steps of the hyper-parameters' M-step per refresh
 BIRTH_NEWTON_STEPS = 12  # safeguarded Newton steps to a Bernoulli birth's feature mode
 BIRTH_QUADRATURE_NODES = 16  # Gauss-Hermite nodes of a Bernoulli birth's Bayes factor
 
@@ -737,79 +738,3 @@ def refresh(const, options, state):
         state = learn_hyper(model_const, state, full | jnp.asarray(const.hyper.offset_mask))
         const = at_state(model_const, state)
     return solve(const, state)
-
-
-def expected_residual(state):
-    """``(D,)`` ``Σ_n E‖o_nd - Σ_k c_nk A_kd‖²`` under the rows' ``q(c)`` (their statistics)
-    and the features' ``q(A)``: ``Σo² - 2 Σ_k R_kd μ_kd + μ_dᵀ G μ_d + Σ_k G_kk v_kd``."""
-    mean = state.mean
-    return (
-        state.obs_moment
-        - 2.0 * jnp.sum(state.cross * mean, axis=0)
-        + jnp.sum(mean * (state.gram @ mean), axis=0)
-        + jnp.diag(state.gram) @ state.var
-    )
-
-
-def hyper_objective(const, state):
-    """``free (P,) -> scalar``: the expected log joint of the hyper-parameter sites at their
-    unconstrained values ``free`` (the terms of the variational lower bound that depend on them).
-
-    ``-½ Σ_d [n log σ²_d + SSR_d / σ²_d]`` (:func:`expected_residual`; Bernoulli: the bound's
-    ``Σ_d [b_d R_{K+1,d} - ½ b_d² G_{d,K+1,K+1} - b_d Σ_k G_{d,K+1,k} μ_kd]`` in the offset
-    ``b``) ``+ ρ log α - α H_n`` (the two-parameter IBP's probability of ``ρ = Σ_k e_k``
-    features after ``n`` rows: ``α^{K+} exp(-α Σ_{i≤n} β/(β+i-1))``,
-    ``H_n = β (ψ(β+n) - ψ(β))``) ``+ log p(sites)``.
-    """
-    dt = const.dtype
-    n = state.num_seen.astype(dt)
-    beta = const.ibp.beta
-    harmonic = beta * (digamma(beta + n) - digamma(beta))
-    count = jnp.sum(state.existence)
-    if const.kind == "bernoulli":
-        size = state.mean.shape[0]
-        centred_sum, prec_sum = state.cross[size], state.gram[:, size, size]
-        linked = jnp.sum(state.gram[:, size, :size] * state.mean.T, axis=1)
-
-        def fit(terms):
-            b = terms.offset
-            return jnp.sum(b * centred_sum - 0.5 * prec_sum * b * b - b * linked)
-
-    else:
-        residual = expected_residual(state)
-
-        def fit(terms):
-            return -0.5 * jnp.sum(n * jnp.log(terms.noise_var) + residual / terms.noise_var)
-
-    def objective(free):
-        terms = const.hyper.terms(const.hyper.from_unconstrained(free))
-        alpha = terms.alpha
-        return fit(terms) + count * jnp.log(alpha) - alpha * harmonic + terms.log_prior
-
-    return objective
-
-
-def learn_hyper(const, state, learn, num_steps=HYPER_NEWTON_STEPS):
-    """``state`` with ``hyper`` at the MAP of :func:`hyper_objective` (the M-step) in the
-    coordinates where ``learn`` (``(P,)`` bool, or a scalar) is true; the others keep their
-    values.
-
-    Newton's method in the sites' unconstrained coordinates, on the Hessian's diagonal (the
-    noise term is separable over columns, a bias's over its entries, the mass term from both;
-    all are concave in the log of a scale or mass or in the bias), each step at most 1 in
-    every coordinate; where the diagonal is not negative the step follows the gradient's sign
-    by 1/2.
-    """
-    objective = hyper_objective(const, state)
-    grad = jax.grad(objective)
-    learn = jnp.broadcast_to(learn, state.hyper.shape)
-
-    def newton(_, free):
-        g = grad(free)
-        h = jnp.diag(jax.hessian(objective)(free))
-        step = jnp.where(h < 0, -g / jnp.where(h < 0, h, -1.0), 0.5 * jnp.sign(g))
-        return free + jnp.where(learn, jnp.clip(step, -1.0, 1.0), 0.0)
-
-    free = lax.fori_loop(0, num_steps, newton, const.hyper.to_unconstrained(state.hyper))
-    learned = const.hyper.from_unconstrained(free).astype(const.dtype)
-    return state._replace(hyper=jnp.where(learn, learned, state.hyper))

@@ -40,7 +40,7 @@ unused; its held-out score keeps improving along the stream where the paper's up
 **Hyper-parameters** (memoized update only): a model may give the noise scale, the IBP's mass
 and the Bernoulli logits' bias priors (latent sites,
 :class:`~numpyro_bnp.infer._model.HyperSites`); the filter learns their MAP along the stream
-(:func:`~numpyro_bnp.infer._ribp_memoized.learn_hyper`).
+(:func:`~numpyro_bnp.infer._ribp_hyper.learn_hyper`).
 
 **Refinement** (:meth:`RIBPFilter.refine`, linear-Gaussian only, a batch complement to the
 one-pass update): mean-field coordinate ascent over a buffer of rows with every ``b_nk`` and
