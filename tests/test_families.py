@@ -175,6 +175,26 @@ def test_weights_add(case):
     assert_tree_close(twice, update(family, prior, s, 2.0))
 
 
+@jax.jit
+def absorb(family, params, obs, weights):
+    return family.absorb(params, obs, weights)
+
+
+def test_absorb_equals_row_updates(case):
+    """A batch absorbed at once (the scatter added to Normal–Wishart / Normal–Gamma) equals
+    the rows' sequential updates, with weights that differ per cluster (some zero)."""
+    family = case["family"]
+    weights = case["weights"].copy()
+    weights[:, 0] = 0.0  # a cluster that gets nothing stays at the prior
+    prior = family.init_clusters(K)
+    if isinstance(family, fam.DirichletMultinomial):
+        with pytest.raises(NotImplementedError, match="one update at a time"):
+            family.absorb(prior, case["obs"], weights)
+        return
+    sequential = run_updates(family, prior, case["stats"], weights)
+    assert_tree_close(absorb(family, prior, case["obs"], weights), sequential, rtol=1e-9)
+
+
 def test_interpolate_is_tempering(case):
     """q^ρ H_0^(1−ρ) with q ∝ H_0 Π p(x_n|θ)^{w_n} is the posterior of weights ρ w_n."""
     assert_tree_close(case["out"]["mixed"], case["out"]["scaled"])

@@ -35,6 +35,9 @@ pure JAX function:
 ``family.update(params, stats, weight)`` / ``family.remove(params, stats, weight)``
     the tempered update and its exact inverse: ``remove(update(p, s, w), s, w) == p`` up to
     rounding, and ``update(update(p, s, a), s, b) == update(p, s, a + b)``.
+``family.absorb(params, xs, weights)``
+    :meth:`update` by every row of ``xs`` ``(N, D)`` with ``weights`` ``(N, *batch)`` in one
+    step (a batch of variational Bayes; not for documents).
 ``family.log_predictive(params, x)``
     ``log ∫ p(x | θ) q(θ | params) dθ``, a normalised log density or mass of ``x``.
 ``family.expected_log_likelihood(params, x)``

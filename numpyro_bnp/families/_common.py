@@ -67,6 +67,11 @@ def _lift(value, dtype, ndim):
     return value.reshape(value.shape + (1,) * ndim)
 
 
+def _safe(total):
+    """``total`` with its zeros replaced by ones (a divisor: zero total weight, zero sums)."""
+    return jnp.where(total > 0, total, 1)
+
+
 def _mix(params, base, rho, dtype, ndim):
     """``ρ params + (1 − ρ) base`` leaf by leaf: tempering of a family whose parameters are
     natural parameters with ``ndim`` event axes (``q^ρ base^(1−ρ)`` is linear in them)."""
@@ -156,6 +161,18 @@ class ConjugateFamily(abc.ABC):
     @abc.abstractmethod
     def update(self, params, stats, weight):
         """``params`` after observing ``stats`` with ``weight`` (multiplies q by p(x|θ)^weight)."""
+
+    def absorb(self, params, xs, weights):
+        """``params`` after observing every row of ``xs`` ``(N, D)`` with ``weights``
+        ``(N, *batch)``: :meth:`update` row by row, in one step (a batch of variational
+        Bayes). This default makes one :meth:`update` with the weighted mean of the statistics
+        and their total weight, exact for the families whose update is affine in ``w`` and
+        ``w t(x)``; families with a scatter term override it."""
+        weights = jnp.asarray(weights, self.dtype)
+        stats = jax.vmap(self.stats)(xs)
+        total = weights.sum(0)
+        mean = jnp.einsum("n...,nd->...d", weights, stats) / _lift(_safe(total), self.dtype, 1)
+        return self.update(params, mean, total)
 
     def remove(self, params, stats, weight):
         """The exact inverse of :meth:`update` (the EP cavity): ``update`` with ``-weight``."""

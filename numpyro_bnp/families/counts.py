@@ -175,6 +175,12 @@ class DirichletMultinomial(ConjugateFamily):
             jnp.asarray(x.ids, jnp.int32), jnp.asarray(x.counts, self.dtype), large_ids, large
         )
 
+    def absorb(self, params, xs, weights):
+        """Not available for documents (their statistics are sparse word lists)."""
+        raise NotImplementedError(
+            "DirichletMultinomial.absorb: a batch of documents is absorbed one update at a time"
+        )
+
     def update(self, params, stats, weight):
         """λ_v ← λ_v + w x_v on the document's words only, Λ ← Λ + w N."""
         w = jnp.asarray(weight, self.dtype)

@@ -26,6 +26,7 @@ from numpyro_bnp.families._common import (
     _gamma_kl,
     _lift,
     _log_rising,
+    _safe,
     _shared,
 )
 from numpyro_bnp.families._linalg import (
@@ -371,6 +372,19 @@ class NormalWishart(ConjugateFamily):
         w = jnp.asarray(weight, self.dtype)
         return NormalWishartParams(*fn(*params, jnp.asarray(stats, self.dtype), w))
 
+    def absorb(self, params, xs, weights):
+        """The update by the weighted mean ``x̄`` and total weight ``W`` of the rows, plus their
+        centred scatter ``Σ_n w_n (x_n − x̄)(x_n − x̄)ᵀ`` added to Ψ (Bishop 2006, Eq. 10.62):
+        no raw second moments."""
+        xs, weights = jnp.asarray(xs, self.dtype), jnp.asarray(weights, self.dtype)
+        total = weights.sum(0)  # (*batch,)
+        mean = jnp.einsum("n...,nd->...d", weights, xs) / _safe(total)[..., None]
+        centred = xs[:, *([None] * total.ndim), :] - mean  # (N, *batch, D)
+        scatter = jnp.einsum("n...,n...d,n...e->...de", weights, centred, centred)
+        kappa, loc, dof, tril = self.update(params, mean, total)
+        tril = jnp.linalg.cholesky(tril @ jnp.swapaxes(tril, -1, -2) + scatter)
+        return NormalWishartParams(kappa, loc, dof, tril)
+
     def log_predictive(self, params, x):
         """The multivariate Student-t log density of ``x`` ``(D,)``."""
         fn = jnp.vectorize(_nw_log_predictive, signature=f"{_NW},(d)->()")
@@ -480,6 +494,17 @@ class NormalGamma(ConjugateFamily):
         return NormalGammaParams(
             kappa, params.loc + w / kappa * diff, params.concentration + w / 2, rate
         )
+
+    def absorb(self, params, xs, weights):
+        """The update by the weighted mean and total weight of the rows, plus half their
+        centred scatter ``Σ_n w_n (x_nd − x̄_d)²`` added to the rate."""
+        xs, weights = jnp.asarray(xs, self.dtype), jnp.asarray(weights, self.dtype)
+        total = weights.sum(0)
+        mean = jnp.einsum("n...,nd->...d", weights, xs) / _safe(total)[..., None]
+        centred = xs[:, *([None] * total.ndim), :] - mean
+        scatter = jnp.einsum("n...,n...d->...d", weights, centred**2)
+        updated = self.update(params, mean, total)
+        return updated._replace(rate=updated.rate + 0.5 * scatter)
 
     def log_predictive(self, params, x):
         """Σ_d log St(x_d; 2a, m, b(κ + 1)/(aκ))."""
