@@ -351,6 +351,15 @@ def num_matched(learned, truth):
     return int(np.sum(np.sqrt(dist2.min(1)) < MATCH_TOL * np.linalg.norm(truth, axis=1)))
 
 
+def num_matched_by_pairs(learned, truth):
+    """True features within ``MATCH_TOL`` of a learned feature or of the sum or difference of
+    two: what a merge or a split of two features could reach from ``learned``."""
+    sums = learned[:, None] + learned[None]
+    diffs = learned[:, None] - learned[None]
+    combos = np.concatenate([learned, sums.reshape(-1, DIM), diffs.reshape(-1, DIM)])
+    return sum(num_matched(combos, a[None]) for a in truth)
+
+
 def timed_fit(fit, test, true_feats, num_is):
     """Run ``fit()`` (a filter run or a refinement) and score it on ``test``.
 
@@ -421,7 +430,11 @@ def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
                 filt.run, random.PRNGKey(0), train, chunk_size=512, progress_bar=False, **KWARGS
             )
             res, row = timed_fit(fit, test, true_feats, num_is)
-            note = f"IS {num_is}; ρ_N = {res.traces['num_features'][-1]:.1f}"
+            pairs = num_matched_by_pairs(np.asarray(res.features["mean"]), true_feats)
+            note = (
+                f"IS {num_is}; ρ_N = {res.traces['num_features'][-1]:.1f};"
+                f" matched by a sum or difference of two: {pairs}"
+            )
             rows.append(
                 (n, f"R-IBP filter, feature_update={mode!r}", *row[:3], true_k, row[3], note)
             )
