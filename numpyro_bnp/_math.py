@@ -27,6 +27,7 @@ __all__ = [
     "poisson_binomial_add_atom",
     "poisson_binomial_log_pmf",
     "poisson_interval_probs",
+    "stick_breaking_weights",
 ]
 
 
@@ -43,6 +44,22 @@ def count_parity(counts):
 def logit(p):
     """``log(p / (1 - p))``, with ``log1p`` so that probabilities near 1 keep their digits."""
     return jnp.log(p) - jnp.log1p(-p)
+
+
+def stick_breaking_weights(sticks):
+    r"""The weights ``(..., T)`` of a truncated stick-breaking of ``sticks`` ``(..., T - 1)``:
+
+    .. math::
+        w_k = v_k \prod_{j<k} (1 - v_j) \ (k < T), \quad w_T = \prod_{j<T} (1 - v_j),
+
+    the last stick being 1 (Ishwaran & James, *Gibbs sampling methods for stick-breaking
+    priors*, JASA 2001; Blei & Jordan, *Variational inference for Dirichlet process mixtures*,
+    Bayesian Analysis 2006). They sum to one for ``v`` in ``[0, 1]``; no sticks give ``[1]``.
+    """
+    sticks = jnp.asarray(sticks)
+    one = jnp.ones((*sticks.shape[:-1], 1), sticks.dtype)
+    left = jnp.cumprod(1 - sticks, axis=-1)  # what the first k sticks leave
+    return jnp.concatenate([sticks, one], -1) * jnp.concatenate([one, left], -1)
 
 
 def normal_kl(mean_q, var_q, mean_p, var_p):

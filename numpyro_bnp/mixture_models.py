@@ -1,6 +1,7 @@
-r"""Ready NumPyro mixture models with a normalized generalized gamma process (NGGP) partition.
+r"""Ready NumPyro mixture models: a normalized generalized gamma process (NGGP) partition, or
+the truncated stick-breaking of a Dirichlet process.
 
-Every model here draws a partition of the ``N`` rows from
+Every NGGP model draws a partition of the ``N`` rows from
 :class:`~numpyro_bnp.distributions.NGGP` (mass ``a``, discount ``σ``, tilting ``τ``; ``σ = 0`` is
 the Dirichlet process, ``σ = 1/2`` the normalized inverse-Gaussian), one component parameter per
 cluster from a prior conjugate to the likelihood, and each row from the likelihood of its
@@ -17,11 +18,14 @@ mixture models*, Stat. Sci. 2013):
 * :func:`nggp_diagonal_gaussian_mixture` — diagonal Gaussians, Normal–Gamma per dimension;
 * :func:`nggp_normal_mixture` — Gaussians of known noise, a Gaussian prior on the means;
 * :func:`nggp_poisson_mixture` — Poisson counts, Gamma rates;
-* :func:`nggp_bernoulli_mixture` — binary data, Beta probabilities.
+* :func:`nggp_bernoulli_mixture` — binary data, Beta probabilities;
+* :func:`dp_mixture` — a Dirichlet-process mixture by truncated stick-breaking (Ishwaran & James
+  2001; Blei & Jordan 2006) with the components of any of the five dense models above: its labels
+  are a ``Categorical`` site, which NumPyro's NUTS and ``TraceEnum_ELBO`` sum out.
 
-Sites: the labels ``z`` ``(N,)`` (canonical: clusters numbered in order of appearance), the
-components in a ``numpyro.plate("cluster", K)`` and the observations ``obs`` ``(N, D)`` in a
-``numpyro.plate("row", N)`` (one log-likelihood term per row for
+Sites of the NGGP models: the labels ``z`` ``(N,)`` (canonical: clusters numbered in order of
+appearance), the components in a ``numpyro.plate("cluster", K)`` and the observations ``obs``
+``(N, D)`` in a ``numpyro.plate("row", N)`` (one log-likelihood term per row for
 ``numpyro.infer.log_likelihood`` and ArviZ). ``K = max_clusters`` is the number of components of
 a draw; the default ``num_obs`` can never be exceeded (``N`` rows make at most ``N`` clusters).
 With a smaller ``K``, a partition with more than ``K`` clusters is an error when the model runs
@@ -33,12 +37,16 @@ Tank et al. 2015) read these models, or your own written the same way, through t
 contract (``docs/model_contract.md``, "Mixture models"), which finds the sites by their
 distributions and the conjugate family of the components. NumPyro's own samplers (NUTS,
 ``DiscreteHMCGibbs``) cannot run the NGGP partition directly: it is a discrete site with
-``N``-dimensional support that NumPyro can neither enumerate nor update by Gibbs. Every model
-draws from the prior under ``handlers.seed`` or ``numpyro.infer.Predictive``.
+``N``-dimensional support that NumPyro can neither enumerate nor update by Gibbs.
+:func:`dp_mixture` is read by ``PowerPriorSVB`` (streaming) and runs under NumPyro's NUTS and SVI
+(its docstring). Every model draws from the prior under ``handlers.seed`` or
+``numpyro.infer.Predictive``.
 
 The arguments share their names with the other ready models (``docs/vocabulary.md``): ``mass``,
-``sigma``, ``tau`` for the NGGP, ``max_clusters`` for the capacity, ``sigma_o`` for a known noise
-standard deviation, and NumPyro's own names for the parameters of the component priors.
+``sigma``, ``tau`` for the NGGP (``mass`` the DP's ``α`` in :func:`dp_mixture`, whose
+``truncation`` is the stick-breaking's ``T``), ``max_clusters`` for the capacity, ``sigma_o``
+for a known noise standard deviation, and NumPyro's own names for the parameters of the
+component priors.
 
 >>> from jax import random
 >>> from numpyro.infer import Predictive
@@ -50,16 +58,20 @@ standard deviation, and NumPyro's own names for the parameters of the component 
 ((2, 6), (2, 6, 2), (2, 6, 2))
 """
 
+import inspect
+
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
 from numpyro_bnp._checks import is_concrete, positive_int
+from numpyro_bnp._math import stick_breaking_weights
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.distributions.crm import _check
 
 __all__ = [
+    "dp_mixture",
     "nggp_bernoulli_mixture",
     "nggp_diagonal_gaussian_mixture",
     "nggp_gaussian_mixture",
@@ -94,13 +106,82 @@ def _of_cluster(values, z):
     return jnp.take(values, z, axis=0, mode="fill", fill_value=jnp.nan)
 
 
-def _observe(fn, obs, num_obs, dim, name="dim"):
-    """The observed site ``obs`` ``(N, D)``, its rows in a ``numpyro.plate("row", N)``."""
+def _check_obs(obs, num_obs, dim, name="dim"):
+    """Raise ``ValueError`` unless ``obs`` is ``None`` or ``(N, D)``."""
     if obs is not None and tuple(jnp.shape(obs)) != (num_obs, dim):
         want = f"(num_obs, {name}) = {(num_obs, dim)}"
         raise ValueError(f"obs must have shape {want}, got {tuple(jnp.shape(obs))}")
+
+
+def _observe(fn, obs, num_obs, dim, name="dim"):
+    """The observed site ``obs`` ``(N, D)``, its rows in a ``numpyro.plate("row", N)``."""
+    _check_obs(obs, num_obs, dim, name)
     with numpyro.plate("row", num_obs):
         return numpyro.sample("obs", fn, obs=obs)
+
+
+# The conjugate components of the dense mixtures, written once for the NGGP models and
+# dp_mixture: each samples the components of K clusters in a numpyro.plate("cluster", K) and
+# returns the likelihood of the rows given their labels, z -> F(θ_z) (z of any shape: (N,) for
+# the NGGP's labels, (K, 1) when NumPyro enumerates the Categorical labels of dp_mixture).
+
+
+def _normal_wishart(k, dim, loc=0.0, kappa=1.0, dof=None, scale_matrix=None):
+    """``Lambda`` ``(K, D, D)`` and ``mu`` ``(K, D)`` (:func:`nggp_gaussian_mixture`)."""
+    dof = dim + 2.0 if dof is None else dof
+    _positive(kappa=kappa, dof=dof)
+    scale_matrix = jnp.eye(dim) / dof if scale_matrix is None else jnp.asarray(scale_matrix)
+    loc = jnp.broadcast_to(jnp.asarray(loc, jnp.result_type(float)), (dim,))
+    with numpyro.plate("cluster", k):
+        lam = numpyro.sample("Lambda", dist.Wishart(dof, scale_matrix=scale_matrix))
+        mu = numpyro.sample("mu", dist.MultivariateNormal(loc, precision_matrix=kappa * lam))
+    return lambda z: dist.MultivariateNormal(
+        _of_cluster(mu, z), precision_matrix=_of_cluster(lam, z)
+    )
+
+
+def _normal_gamma(k, dim, loc=0.0, kappa=1.0, concentration=1.0, rate=1.0):
+    """``lam`` ``(K, D)`` and ``mu`` ``(K, D)`` (:func:`nggp_diagonal_gaussian_mixture`)."""
+    _positive(kappa=kappa, concentration=concentration, rate=rate)
+    with numpyro.plate("cluster", k):
+        lam = numpyro.sample("lam", dist.Gamma(concentration, rate).expand([dim]).to_event(1))
+        mu = numpyro.sample("mu", dist.Normal(loc, 1 / jnp.sqrt(kappa * lam)).to_event(1))
+    return lambda z: dist.Normal(_of_cluster(mu, z), 1 / jnp.sqrt(_of_cluster(lam, z))).to_event(1)
+
+
+def _normal_normal(k, dim, loc=0.0, sigma_mu=1.0, sigma_o=0.1):
+    """``mu`` ``(K, D)``, a known noise ``sigma_o`` (:func:`nggp_normal_mixture`)."""
+    _positive(sigma_mu=sigma_mu, sigma_o=sigma_o)
+    with numpyro.plate("cluster", k):
+        mu = numpyro.sample("mu", dist.Normal(loc, sigma_mu).expand([dim]).to_event(1))
+    return lambda z: dist.Normal(_of_cluster(mu, z), sigma_o).to_event(1)
+
+
+def _gamma_poisson(k, dim, concentration=1.0, rate=1.0):
+    """``theta`` ``(K, D)``, Poisson rates (:func:`nggp_poisson_mixture`)."""
+    _positive(concentration=concentration, rate=rate)
+    with numpyro.plate("cluster", k):
+        theta = numpyro.sample("theta", dist.Gamma(concentration, rate).expand([dim]).to_event(1))
+    return lambda z: dist.Poisson(_of_cluster(theta, z)).to_event(1)
+
+
+def _beta_bernoulli(k, dim, concentration1=1.0, concentration0=1.0):
+    """``theta`` ``(K, D)``, probabilities of a one (:func:`nggp_bernoulli_mixture`)."""
+    _positive(concentration1=concentration1, concentration0=concentration0)
+    with numpyro.plate("cluster", k):
+        prior = dist.Beta(concentration1, concentration0).expand([dim]).to_event(1)
+        theta = numpyro.sample("theta", prior)
+    return lambda z: dist.Bernoulli(_of_cluster(theta, z)).to_event(1)
+
+
+#: dp_mixture's ``components``: the component sites and likelihood of each dense NGGP model
+_COMPONENTS = {
+    "gaussian": _normal_wishart,
+    "diagonal_gaussian": _normal_gamma,
+    "normal": _normal_normal,
+    "poisson": _gamma_poisson,
+    "bernoulli": _beta_bernoulli,
+}
 
 
 def nggp_multinomial_mixture(
@@ -187,15 +268,8 @@ def nggp_gaussian_mixture(
     :param max_clusters: ``K`` (default ``num_obs``).
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
-    dof = dim + 2.0 if dof is None else dof
-    _positive(kappa=kappa, dof=dof)
-    scale_matrix = jnp.eye(dim) / dof if scale_matrix is None else jnp.asarray(scale_matrix)
-    loc = jnp.broadcast_to(jnp.asarray(loc, jnp.result_type(float)), (dim,))
-    with numpyro.plate("cluster", k):
-        lam = numpyro.sample("Lambda", dist.Wishart(dof, scale_matrix=scale_matrix))
-        mu = numpyro.sample("mu", dist.MultivariateNormal(loc, precision_matrix=kappa * lam))
-    fn = dist.MultivariateNormal(_of_cluster(mu, z), precision_matrix=_of_cluster(lam, z))
-    return _observe(fn, obs, num_obs, dim)
+    likelihood = _normal_wishart(k, dim, loc, kappa, dof, scale_matrix)
+    return _observe(likelihood(z), obs, num_obs, dim)
 
 
 def nggp_diagonal_gaussian_mixture(
@@ -238,12 +312,8 @@ def nggp_diagonal_gaussian_mixture(
     (docs/nrm.md).
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
-    _positive(kappa=kappa, concentration=concentration, rate=rate)
-    with numpyro.plate("cluster", k):
-        lam = numpyro.sample("lam", dist.Gamma(concentration, rate).expand([dim]).to_event(1))
-        mu = numpyro.sample("mu", dist.Normal(loc, 1 / jnp.sqrt(kappa * lam)).to_event(1))
-    fn = dist.Normal(_of_cluster(mu, z), 1 / jnp.sqrt(_of_cluster(lam, z))).to_event(1)
-    return _observe(fn, obs, num_obs, dim)
+    likelihood = _normal_gamma(k, dim, loc, kappa, concentration, rate)
+    return _observe(likelihood(z), obs, num_obs, dim)
 
 
 def nggp_normal_mixture(
@@ -278,10 +348,8 @@ def nggp_normal_mixture(
     :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
-    _positive(sigma_mu=sigma_mu, sigma_o=sigma_o)
-    with numpyro.plate("cluster", k):
-        mu = numpyro.sample("mu", dist.Normal(loc, sigma_mu).expand([dim]).to_event(1))
-    return _observe(dist.Normal(_of_cluster(mu, z), sigma_o).to_event(1), obs, num_obs, dim)
+    likelihood = _normal_normal(k, dim, loc, sigma_mu, sigma_o)
+    return _observe(likelihood(z), obs, num_obs, dim)
 
 
 def nggp_poisson_mixture(
@@ -310,10 +378,8 @@ def nggp_poisson_mixture(
     :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
-    _positive(concentration=concentration, rate=rate)
-    with numpyro.plate("cluster", k):
-        theta = numpyro.sample("theta", dist.Gamma(concentration, rate).expand([dim]).to_event(1))
-    return _observe(dist.Poisson(_of_cluster(theta, z)).to_event(1), obs, num_obs, dim)
+    likelihood = _gamma_poisson(k, dim, concentration, rate)
+    return _observe(likelihood(z), obs, num_obs, dim)
 
 
 def nggp_bernoulli_mixture(
@@ -344,8 +410,96 @@ def nggp_bernoulli_mixture(
     :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
-    _positive(concentration1=concentration1, concentration0=concentration0)
-    with numpyro.plate("cluster", k):
-        prior = dist.Beta(concentration1, concentration0).expand([dim]).to_event(1)
-        theta = numpyro.sample("theta", prior)
-    return _observe(dist.Bernoulli(_of_cluster(theta, z)).to_event(1), obs, num_obs, dim)
+    likelihood = _beta_bernoulli(k, dim, concentration1, concentration0)
+    return _observe(likelihood(z), obs, num_obs, dim)
+
+
+def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="gaussian", **prior):
+    r"""Dirichlet-process mixture by truncated stick-breaking, with conjugate components.
+
+    .. math::
+        v_k \sim \mathrm{Beta}(1, α) \ (k < T), \quad
+        w_k = v_k \prod_{j<k} (1 - v_j), \quad w_T = \prod_{j<T} (1 - v_j), \quad
+        θ_k \overset{iid}{\sim} H_0, \quad z_n \sim \mathrm{Categorical}(w), \quad
+        x_n \mid z, θ \sim F(θ_{z_n})
+
+    (the truncation ``DP_T`` of Ishwaran & James, *Gibbs sampling methods for stick-breaking
+    priors*, JASA 2001: the last stick is 1; Blei & Jordan, *Variational inference for Dirichlet
+    process mixtures*, Bayesian Analysis 2006). ``T = truncation`` bounds the clusters; ``E[w_1]
+    = 1 / (1 + α)``.
+
+    Sites: ``v`` ``(T - 1,)`` in a ``numpyro.plate("stick", T - 1)`` (no sticks when ``T = 1``:
+    one cluster, ``w = [1]``), the deterministic ``weights`` ``(T,)``, the components in a
+    ``numpyro.plate("cluster", T)`` (the sites of the NGGP model of the same family), the labels
+    ``z`` ``(num_obs,)`` (``Categorical(w)``, marked ``infer={"enumerate": "parallel"}``) and
+    ``obs`` ``(num_obs, dim)``, both in a ``numpyro.plate("row", num_obs)``.
+
+    :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
+    :param int num_obs: ``N``; :param int dim: ``D``.
+    :param mass: the DP's concentration ``α > 0``.
+    :param int truncation: the truncation ``T >= 1``: the number of clusters, ``T - 1`` sticks
+        (the mixture engines read ``α`` from the sticks: they need ``T >= 2``).
+    :param str components: the conjugate family ``H_0``, ``F``, with the priors, sites and
+        keyword names of an NGGP model: ``"gaussian"`` (Normal–Wishart, as
+        :func:`nggp_gaussian_mixture`: ``loc``, ``kappa``, ``dof``, ``scale_matrix``),
+        ``"diagonal_gaussian"`` (Normal–Gamma, :func:`nggp_diagonal_gaussian_mixture`: ``loc``,
+        ``kappa``, ``concentration``, ``rate``), ``"normal"`` (known noise,
+        :func:`nggp_normal_mixture`: ``loc``, ``sigma_mu``, ``sigma_o``), ``"poisson"``
+        (:func:`nggp_poisson_mixture`: ``concentration``, ``rate``) or ``"bernoulli"``
+        (:func:`nggp_bernoulli_mixture`: ``concentration1``, ``concentration0``).
+    :param prior: the component prior's keywords (defaults as in the NGGP model).
+    :raises ValueError: for an unknown ``components``, a prior keyword the family does not take,
+        ``truncation`` not a whole number ``>= 1`` or ``mass <= 0``.
+
+    Inference: ``PowerPriorSVB`` of :mod:`numpyro_bnp.infer` streams it; the engines of NGGP
+    mixtures (``ADFNRM``, ``EPNRM``) refuse it (``docs/model_contract.md``). NumPyro's NUTS sums
+    the labels out (``MCMC(NUTS(dp_mixture), ...)`` samples ``v`` and the components), and so
+    does SVI with ``TraceEnum_ELBO``, whose guide must leave ``z`` to the enumeration; both need
+    ``funsor`` (``pip install funsor``):
+
+    >>> import numpy as np
+    >>> from jax import random
+    >>> from numpyro import handlers
+    >>> from numpyro.infer import SVI, Predictive, TraceEnum_ELBO
+    >>> from numpyro.infer.autoguide import AutoNormal
+    >>> from numpyro.optim import Adam
+    >>> from numpyro_bnp.models import dp_mixture
+    >>> draws = Predictive(dp_mixture, num_samples=2)(
+    ...     random.PRNGKey(0), num_obs=6, dim=2, truncation=4, components="poisson"
+    ... )
+    >>> draws["v"].shape, draws["weights"].shape, draws["theta"].shape, draws["obs"].shape
+    ((2, 3), (2, 4), (2, 4, 2), (2, 6, 2))
+    >>> x = np.repeat([[-2.0], [2.0]], 10, axis=0)  # two clusters of 10 rows
+    >>> kw = dict(num_obs=20, dim=1, truncation=3, components="normal", sigma_mu=3.0)
+    >>> guide = AutoNormal(handlers.block(dp_mixture, hide=["z"]))  # v and mu; z is summed out
+    >>> svi = SVI(dp_mixture, guide, Adam(0.05), TraceEnum_ELBO())
+    >>> fit = svi.run(random.PRNGKey(1), 300, x, progress_bar=False, **kw)
+    >>> weights = Predictive(dp_mixture, guide=guide, params=fit.params, num_samples=100)(
+    ...     random.PRNGKey(2), x, **kw
+    ... )["weights"]
+    >>> int((weights.mean(0) > 0.4).sum())  # two weights near 1/2, the third near 0
+    2
+    """
+    num_obs, dim = positive_int(num_obs, "num_obs"), positive_int(dim, "dim")
+    truncation = positive_int(truncation, "truncation")
+    _positive(mass=mass)
+    _check_obs(obs, num_obs, dim)
+    if components not in _COMPONENTS:
+        raise ValueError(f"components must be one of {list(_COMPONENTS)}, got {components!r}")
+    family = _COMPONENTS[components]
+    takes = list(inspect.signature(family).parameters)[2:]  # after (k, dim)
+    if unknown := sorted(set(prior) - set(takes)):
+        raise ValueError(
+            f"components={components!r} takes the prior keywords {takes}; got {unknown} "
+            "(each family keeps the keyword names of its NGGP model)"
+        )
+    weights = jnp.ones(1)
+    if truncation > 1:  # numpyro.plate has no size 0: one cluster has no sticks
+        with numpyro.plate("stick", truncation - 1):
+            sticks = numpyro.sample("v", dist.Beta(1.0, mass))
+        weights = stick_breaking_weights(sticks)
+    weights = numpyro.deterministic("weights", weights)
+    likelihood = family(truncation, dim, **prior)
+    with numpyro.plate("row", num_obs):
+        z = numpyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})
+        return numpyro.sample("obs", likelihood(z), obs=obs)

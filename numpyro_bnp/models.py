@@ -22,7 +22,10 @@ Plain model functions: copy one and edit it, run it under NumPyro's own engines 
   and re-exported here: :func:`nggp_multinomial_mixture` (documents),
   :func:`nggp_gaussian_mixture` (Normal–Wishart), :func:`nggp_diagonal_gaussian_mixture`
   (Normal–Gamma), :func:`nggp_normal_mixture` (known noise), :func:`nggp_poisson_mixture` and
-  :func:`nggp_bernoulli_mixture`.
+  :func:`nggp_bernoulli_mixture`;
+* :func:`dp_mixture` — a Dirichlet-process mixture by truncated stick-breaking (Ishwaran & James
+  2001) with the components of any dense NGGP mixture, also defined in
+  :mod:`numpyro_bnp.mixture_models`; NumPyro's NUTS and ``TraceEnum_ELBO`` sum out its labels.
 
 The observation means are written as ``Z @ A`` (resp. ``(Z * W) @ A``) so that the number of rows
 follows the rows of ``Z``: the streaming engines evaluate the likelihood one row at a time by
@@ -58,6 +61,7 @@ from numpyro_bnp.distributions import (
 from numpyro_bnp.distributions.crm import _check
 from numpyro_bnp.mixture_models import (
     _positive,
+    dp_mixture,
     nggp_bernoulli_mixture,
     nggp_diagonal_gaussian_mixture,
     nggp_gaussian_mixture,
@@ -70,6 +74,7 @@ __all__ = [
     "beta_bernoulli_linear_gaussian",
     "binary_features",
     "bnb_combinatorial_clustering",
+    "dp_mixture",
     "factor_analysis",
     "gamma_poisson_linear_gaussian",
     "linear_gaussian",

@@ -3,13 +3,23 @@
 Part of the model contract of :mod:`numpyro_bnp.infer._model` (``docs/model_contract.md``,
 section "Mixture models"): sites are found by the type of their distribution and checked
 numerically on one trace (:class:`~numpyro_bnp.infer._model.TracedSites`), never by their names.
-A mixture model with a normalized generalized gamma process (NGGP) partition prior (Tank, Foti &
-Fox, AISTATS 2015; Favaro & Teh, Stat. Sci. 2013) needs
+A mixture model needs
 
-* the **partition site**: exactly one latent sample site whose distribution is an
-  :class:`~numpyro_bnp.distributions.NGGP` with batch shape ``()``; its value is the labels
-  ``z`` ``(N,)``. Its ``mass``, ``sigma`` and ``tau`` are read as numbers (a prior on them is not
-  supported yet);
+* the **partition site**, of one of two kinds (an engine names those it takes, ``partitions``):
+
+  - ``"nggp"``, a normalized generalized gamma process (NGGP) partition prior (Tank, Foti & Fox,
+    AISTATS 2015; Favaro & Teh, Stat. Sci. 2013): exactly one latent sample site whose
+    distribution is an :class:`~numpyro_bnp.distributions.NGGP` with batch shape ``()``; its
+    value is the labels ``z`` ``(N,)``. Its ``mass``, ``sigma`` and ``tau`` are read as numbers
+    (a prior on them is not supported yet);
+  - ``"stick_breaking"``, the truncated stick-breaking of a Dirichlet process (Ishwaran & James,
+    JASA 2001; Blei & Jordan, Bayesian Analysis 2006), in a model without an NGGP site: exactly
+    one latent ``Categorical`` site of batch shape ``(N,)`` (the labels) whose ``probs`` are, at
+    the traced values, ``w_k = v_k Π_{j<k} (1 - v_j)`` (``k < T``), ``w_T = Π_{j<T} (1 - v_j)``
+    with ``v`` the **sticks site**: one latent ``Beta(1, α)`` site of batch shape ``(T - 1,)``,
+    ``α`` a number, the same for every stick (a prior on it is not supported yet), ``T >= 2``
+    the labels' number of categories and the clusters plate's size. It reads as the Dirichlet
+    process: ``mass = α``, ``sigma = 0``, ``tau = 1``;
 * the **component sites**: every other latent sample site, in a ``numpyro.plate`` over the ``K``
   clusters (batch shape ``(K,)``; declare the other axes an event with ``.to_event``), one prior
   for all clusters;
@@ -44,10 +54,11 @@ have different lengths (each document's total count is its own; ``obs_kind = "do
 
 The reader does not draw from the model's priors (NumPyro's urn and samplers would compile for
 every shape): the partition site is traced at fixed stand-in labels, first all 0 (to find
-``K``), then ``(K - 1 - n) mod K`` for row ``n``, which give neighbouring rows different clusters
-and row 0 the last one, so that an observed parameter that does not follow the labels
-(``theta[0]`` for every row, ``mu[z] + 1``) differs from the component indexed by the labels and
-is refused; the components take fixed points of their supports.
+``K``: the components' plate for an NGGP, the labels' number of categories for stick-breaking),
+then ``(K - 1 - n) mod K`` for row ``n``, which give neighbouring rows different clusters and
+row 0 the last one, so that an observed parameter that does not follow the labels (``theta[0]``
+for every row, ``mu[z] + 1``) differs from the component indexed by the labels and is refused;
+the components and the sticks take fixed points of their supports.
 """
 
 from dataclasses import dataclass, field
@@ -60,6 +71,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 
 from numpyro_bnp._checks import is_concrete, observed_array
+from numpyro_bnp._math import stick_breaking_weights
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.families import (
     BetaBernoulli,
@@ -71,9 +83,21 @@ from numpyro_bnp.families import (
     NormalNormal,
     NormalWishart,
 )
-from numpyro_bnp.infer._model import TracedSites, observed_site, unwrap
+from numpyro_bnp.infer._model import TracedSites, observed_site, sites_of, unwrap
 
-__all__ = ["SUPPORTED_PAIRS", "MixtureModel", "read_mixture_model"]
+__all__ = ["PARTITIONS", "SUPPORTED_PAIRS", "MixtureModel", "read_mixture_model"]
+
+#: the partition kinds a mixture engine may take (``read_mixture_model(partitions=...)``): what
+#: the partition site is, and which engines fit such models
+PARTITIONS = {
+    "nggp": ("sample site with a NGGP distribution", "fit NGGP mixtures with ADFNRM or EPNRM"),
+    "stick_breaking": (
+        "latent Categorical labels site whose probs are the truncated stick-breaking weights of "
+        "Beta(1, alpha) sticks",
+        "fit truncated stick-breaking Dirichlet-process mixtures (numpyro_bnp.models.dp_mixture) "
+        "with PowerPriorSVB",
+    ),
+}
 
 #: the conjugate pairs a mixture engine takes (components; observations -> family)
 SUPPORTED_PAIRS = (
@@ -91,16 +115,21 @@ SUPPORTED_PAIRS = (
 _MULTINOMIAL = (dist.MultinomialProbs, dist.MultinomialLogits)
 _BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)
 _GAUSSIAN = (dist.Normal, dist.MultivariateNormal)
+_CATEGORICAL = (dist.CategoricalProbs, dist.CategoricalLogits)
 
 
 @dataclass(frozen=True, eq=False)
 class MixtureModel:
-    """What a mixture engine needs to know about an NGGP mixture model (module docstring).
+    """What a mixture engine needs to know about a mixture model (module docstring).
 
-    :ivar partition_site: name of the NGGP site (labels ``(N,)``).
+    :ivar partition_site: name of the partition site (labels ``(N,)``): the NGGP site, or the
+        ``Categorical`` labels site of a stick-breaking model.
     :ivar mass, sigma, tau: the NGGP's parameters as host floats (Tank, Foti & Fox 2015,
-        Eq. 4: mass ``a``, discount ``σ``, tilting ``τ``; ``σ = 0`` is the Dirichlet process).
-    :ivar num_rows: ``N`` of the trace; :ivar max_clusters: ``K``, the clusters plate's size.
+        Eq. 4: mass ``a``, discount ``σ``, tilting ``τ``; ``σ = 0`` is the Dirichlet process);
+        for stick-breaking the Dirichlet process's: ``mass = α`` of the sticks' ``Beta(1, α)``,
+        ``sigma = 0``, ``tau = 1``.
+    :ivar num_rows: ``N`` of the trace; :ivar max_clusters: ``K``, the clusters plate's size
+        (the truncation ``T`` for stick-breaking).
     :ivar component_sites: the component sites; for the Normal–Gamma and Normal–Wishart pairs
         ``(precision site, mean site)``, e.g. ``("Lambda", "mu")``; else one site.
     :ivar family: ONE cluster's conjugate prior (a :class:`~numpyro_bnp.families.ConjugateFamily`
@@ -109,6 +138,9 @@ class MixtureModel:
         document's total count its own) or ``"dense"``.
     :ivar dim: ``D`` (the vocabulary size ``V`` for documents).
     :ivar obs_support: the support of the observed distribution (as traced).
+    :ivar partition_kind: ``"nggp"`` or ``"stick_breaking"`` (:data:`PARTITIONS`).
+    :ivar sticks_site: the name of the sticks site ``(T - 1,)`` of a stick-breaking model, else
+        ``None``.
     """
 
     model: object
@@ -128,6 +160,8 @@ class MixtureModel:
     site_summary: tuple = field(default=())
     obs_support: object = None
     engine: str = "this engine"
+    partition_kind: str = "nggp"
+    sticks_site: str | None = None
 
     def check_observed(self, values, name):
         """Raise ``ValueError`` naming ``name`` unless ``values`` ``(n, D)`` are finite rows in
@@ -170,18 +204,20 @@ class MixtureModel:
 
 
 def _stand_in(labels):
-    """A ``substitute_fn`` for the reader's trace: every unobserved NGGP site takes the labels
-    ``labels(shape)``; every other unobserved continuous site a fixed point of its support (a
-    standard normal draw of NumPy's seed 0, mapped by ``biject_to(support)``), which costs a few
-    array operations instead of compiling NumPyro's samplers; discrete sites are drawn."""
+    """A ``substitute_fn`` for the reader's trace: every unobserved NGGP site and
+    ``Categorical`` site of shape ``(N,)`` takes the labels ``labels(shape)``; every other
+    unobserved continuous site a fixed point of its support (a standard normal draw of NumPy's
+    seed 0, mapped by ``biject_to(support)``), which costs a few array operations instead of
+    compiling NumPyro's samplers; other discrete sites are drawn."""
     noise = np.random.default_rng(0)
 
     def substitute(site):
         if site["type"] != "sample" or site["value"] is not None:
             return None
-        fn = site["fn"]
-        if isinstance(unwrap(fn), NGGP):
-            return labels(tuple(fn.shape()))
+        fn, base = site["fn"], unwrap(site["fn"])
+        shape = tuple(fn.shape())
+        if isinstance(base, NGGP) or (isinstance(base, _CATEGORICAL) and len(shape) == 1):
+            return labels(shape)
         if fn.support.is_discrete:
             return None
         try:
@@ -189,7 +225,7 @@ def _stand_in(labels):
         except NotImplementedError:
             return None
         dtype = jnp.result_type(*jax.tree.leaves(fn), float)  # the parameters' float dtype
-        shape = transform.inverse_shape(tuple(fn.shape()))
+        shape = transform.inverse_shape(shape)
         value = transform(jnp.asarray(noise.normal(size=shape), dtype))
         if fn.support is constraints.simplex:
             # stick-breaking rounds: in float32 over a large vocabulary the sum drifts past the
@@ -200,13 +236,78 @@ def _stand_in(labels):
     return substitute
 
 
-def _roles(read):
-    """``(partition, observed, latent)`` sites of a trace."""
-    partition = read.the_one(NGGP)
-    num_rows = int(unwrap(partition["fn"]).num_points)
+def _partition_kinds(partitions):
+    """``partitions`` checked: a non-empty tuple of the keys of :data:`PARTITIONS`."""
+    if isinstance(partitions, str) or not partitions or not set(partitions) <= set(PARTITIONS):
+        raise ValueError(
+            f"partitions must be a non-empty tuple of {tuple(PARTITIONS)}, got {partitions!r}"
+        )
+    return tuple(partitions)
+
+
+def _partition_site(read, partitions):
+    """``(kind, site)``: the NGGP site, or, in a model without one, the one latent
+    ``Categorical`` labels site; refused unless its kind is one of ``partitions``."""
+    nggp = sites_of(read.sites, NGGP)
+    labels = [s for s in sites_of(read.sites, _CATEGORICAL) if not s["is_observed"]]
+    if nggp and "nggp" not in partitions:
+        what, fit = PARTITIONS["nggp"]
+        read.reject(
+            f"the model's partition {nggp[0]['name']!r} is of the kind 'nggp' ({what}); this "
+            f"engine takes the partition kinds {partitions}: {fit}"
+        )
+    if nggp or not labels or "stick_breaking" not in partitions:
+        hint = ""
+        if labels and not nggp:  # an engine of NGGP partitions only
+            hint = (
+                f" (this engine takes the partition kinds {partitions}; the latent Categorical "
+                f"site {labels[0]['name']!r} is a 'stick_breaking' partition if its probs are "
+                f"the truncated stick-breaking weights of Beta(1, alpha) sticks: "
+                f"{PARTITIONS['stick_breaking'][1]})"
+            )
+        wanted = " or one ".join(PARTITIONS[kind][0] for kind in partitions)
+        if len(nggp) != 1:
+            read.fail(f"exactly one {wanted}, found {len(nggp)}{hint}")
+        return "nggp", nggp[0]
+    if len(labels) != 1:
+        names = ", ".join(repr(s["name"]) for s in labels)
+        read.fail(
+            f"exactly one latent Categorical labels site (the stick-breaking partition), found "
+            f"{len(labels)}: {names}"
+        )
+    return "stick_breaking", labels[0]
+
+
+def _roles(read, partitions):
+    """``(kind, partition, observed, latent)`` sites of a trace."""
+    kind, partition = _partition_site(read, partitions)
+    if kind == "nggp":
+        num_rows = int(unwrap(partition["fn"]).num_points)
+        after = "the NGGP partition site"
+    else:
+        fn = partition["fn"]
+        if len(fn.batch_shape) != 1 or fn.event_shape != ():
+            read.fail(
+                f"a labels site of batch shape (N,), one label per row (a Categorical in a "
+                f"numpyro.plate over the rows); {partition['name']!r} has batch shape "
+                f"{tuple(fn.batch_shape)} and event shape {tuple(fn.event_shape)}"
+            )
+        num_rows = fn.batch_shape[0]
+        after = f"the labels site {partition['name']!r}"
     rest = [s for s in read.sites if s is not partition]
-    obs = observed_site(rest, num_rows, "the NGGP partition site", read.fail)
-    return partition, obs, [s for s in rest if s is not obs]
+    obs = observed_site(rest, num_rows, after, read.fail)
+    return kind, partition, obs, [s for s in rest if s is not obs]
+
+
+def _not_a_prior(read, latent, value, what, unsupported):
+    """Refuse the model when the partition's parameter ``what`` is the value of a latent scalar
+    site: a prior on it (``unsupported`` says which priors are not supported)."""
+    for s in latent:
+        if np.shape(s["value"]) == () and np.isclose(float(s["value"]), value):
+            read.reject(
+                f"{what} is the value of the sample site {s['name']!r}: {unsupported} is not "
+                "supported yet; pass numbers"
+            )
 
 
 def _nggp_params(read, partition, latent):
@@ -229,13 +330,76 @@ def _nggp_params(read, partition, latent):
                 "value (a prior on mass, sigma or tau is not supported yet)"
             )
         params[name] = float(value)
-        for s in latent:
-            if np.shape(s["value"]) == () and np.isclose(float(s["value"]), params[name]):
-                read.reject(
-                    f"the NGGP's {name} is the value of the sample site {s['name']!r}: a prior "
-                    "on the NGGP's mass, sigma or tau is not supported yet; pass numbers"
-                )
+        unsupported = "a prior on the NGGP's mass, sigma or tau"
+        _not_a_prior(read, latent, params[name], f"the NGGP's {name}", unsupported)
     return params
+
+
+def _stick_breaking(read, labels, latent, num_clusters):
+    """The sticks site whose stick-breaking weights are the probs of the ``labels`` site, and
+    the ``α`` of its ``Beta(1, α)`` as a host float (module docstring)."""
+    name, t = labels["name"], num_clusters
+    weights = (
+        "the stick-breaking weights w_k = v_k prod_{j<k} (1 - v_j), w_T = prod_{j<T} (1 - v_j) "
+        f"of a latent Beta(1, alpha) sticks site v of batch shape (T - 1,) = ({t - 1},)"
+    )
+    if t < 2:
+        read.fail(
+            f"the labels site {name!r} to have T >= 2 categories (the mass alpha is read from "
+            f"the Beta(1, alpha) sticks site of T - 1 sticks; one cluster has none), found T = {t}"
+        )
+    rows = (labels["fn"].batch_shape[0], t)
+    sticks = [
+        s
+        for s in latent
+        if isinstance(unwrap(s["fn"]), dist.Beta)
+        and s["fn"].event_shape == ()
+        and len(s["fn"].batch_shape) == 1
+    ]
+    right_length = [s for s in sticks if tuple(s["fn"].batch_shape) == (t - 1,)]
+    with jax.ensure_compile_time_eval():  # numbers, also when the reader runs under jit
+        probs = unwrap(labels["fn"]).probs  # a CategoricalLogits computes them here
+        expected = [np.asarray(stick_breaking_weights(_values(s))) for s in right_length]
+    if not is_concrete(probs):
+        read.reject(f"the probs of the labels site {name!r} must be numbers when the model is read")
+    differ = [_first_bad_row(probs, np.broadcast_to(w, rows)) for w in expected]
+    if None not in differ:
+        if right_length:
+            where = f" (row {differ[0]} differs)" if differ[0] >= 0 else ""
+            read.fail(
+                f"the labels site {name!r} to have probs = {weights}; found probs that are not "
+                f"the stick-breaking of {right_length[0]['name']!r}{where}"
+            )
+        found = ", ".join(
+            f"{s['name']!r} of batch shape {tuple(s['fn'].batch_shape)}" for s in sticks
+        )
+        read.fail(
+            f"the labels site {name!r} to have probs = {weights}; found "
+            + (f"Beta sites of the wrong length: {found}" if sticks else "no such Beta site")
+        )
+    site = right_length[differ.index(None)]
+    fn = unwrap(site["fn"])
+    if not is_concrete(fn.concentration1, fn.concentration0):
+        read.reject(
+            f"the Beta(1, alpha) of the sticks site {site['name']!r} must have numbers when the "
+            "model is read, got a traced value (a prior on the mass is not supported yet)"
+        )
+    shape = (t - 1,)
+    c1 = np.broadcast_to(np.asarray(fn.concentration1, np.float64), shape)
+    alpha = np.broadcast_to(np.asarray(fn.concentration0, np.float64), shape)
+    if not np.allclose(c1, 1.0):
+        read.fail(
+            f"the sticks site {site['name']!r} to be Beta(1, alpha), the sticks of a Dirichlet "
+            f"process; found concentration1 = {sorted(set(c1.tolist()))}"
+        )
+    if not _same_for_all(alpha):
+        read.fail(
+            f"the sticks site {site['name']!r} to be Beta(1, alpha) with one alpha for all sticks; "
+            f"found concentration0 = {sorted(set(alpha.tolist()))}"
+        )
+    mass = f"the mass alpha of the sticks site {site['name']!r}"
+    _not_a_prior(read, latent, alpha[0], mass, "a prior on the mass")
+    return site, float(alpha[0])
 
 
 def _components(read, latent, num_clusters):
@@ -243,14 +407,14 @@ def _components(read, latent, num_clusters):
     if not latent:
         read.fail(
             "component sites in a numpyro.plate over the clusters (batch shape (K,), K = "
-            "max_clusters) besides the NGGP partition and the observed site"
+            "max_clusters) besides the partition and the observed site"
         )
     for s in latent:
         batch = tuple(s["fn"].batch_shape)
         if batch != (num_clusters,):
             hint = (
-                " (outside the clusters plate; a prior on the NGGP's parameters or a shared "
-                "noise level is not supported)"
+                " (outside the clusters plate; a prior on the partition's parameters or a "
+                "shared noise level is not supported)"
                 if batch == ()
                 else " (declare the axes after the clusters an event with .to_event)"
             )
@@ -449,34 +613,51 @@ def _normal_wishart(read, prec, mu, dtype):
     )
 
 
-def read_mixture_model(model, model_args=(), model_kwargs=None, engine="this engine"):
-    """Trace ``model(*model_args, **model_kwargs)`` and locate its NGGP mixture-model sites.
+def read_mixture_model(
+    model, model_args=(), model_kwargs=None, engine="this engine", *, partitions=("nggp",)
+):
+    """Trace ``model(*model_args, **model_kwargs)`` and locate its mixture-model sites.
 
     :param model: a NumPyro model function (e.g.
         :func:`numpyro_bnp.models.nggp_gaussian_mixture`, or one of your own: module docstring).
     :param str engine: the engine's name, used in error messages.
+    :param tuple partitions: the partition kinds the engine takes, keys of :data:`PARTITIONS`:
+        ``("nggp",)`` (the NGGP engines) or ``("nggp", "stick_breaking")``.
     :return: a :class:`MixtureModel`.
-    :raises ValueError: naming what was expected and listing the sites found (no NGGP site or
-        two, a component outside the clusters plate, a pair that is not conjugate, an observed
-        parameter that is not the component indexed by the labels).
+    :raises ValueError: naming what was expected and listing the sites found (no partition site
+        or two, a partition of a kind the engine does not take, labels whose probs are not the
+        stick-breaking of a ``Beta(1, α)`` site of ``T - 1`` sticks, a prior on the partition's
+        parameters, a component outside the clusters plate, a pair that is not conjugate, an
+        observed parameter that is not the component indexed by the labels).
     """
+    partitions = _partition_kinds(partitions)
     model_kwargs = dict(model_kwargs or {})
 
     def trace(labels):
         return TracedSites(model, model_args, model_kwargs, engine, substitute_fn=_stand_in(labels))
 
-    # first pass, every row in cluster 0: the capacity K of the components
-    _, _, latent = _roles(trace(lambda shape: np.zeros(shape, np.int32)))
-    batches = [tuple(s["fn"].batch_shape) for s in latent if s["fn"].batch_shape]
-    num_clusters = batches[0][0] if batches else 1
+    # first pass, every row in cluster 0: the capacity K of the components, the number of
+    # categories of stick-breaking labels
+    kind, partition, _, latent = _roles(trace(lambda shape: np.zeros(shape, np.int32)), partitions)
+    if kind == "stick_breaking":
+        num_clusters = np.shape(unwrap(partition["fn"]).probs)[-1]
+    else:
+        batches = [tuple(s["fn"].batch_shape) for s in latent if s["fn"].batch_shape]
+        num_clusters = batches[0][0] if batches else 1
 
     def spread(shape):  # row n in cluster (K - 1 - n) mod K
         rows = (num_clusters - 1 - np.arange(shape[-1])) % num_clusters
         return np.broadcast_to(rows, shape).astype(np.int32)
 
     read = trace(spread)
-    partition, obs, latent = _roles(read)
-    params = _nggp_params(read, partition, latent)
+    kind, partition, obs, latent = _roles(read, partitions)
+    sticks = None
+    if kind == "nggp":
+        params = _nggp_params(read, partition, latent)
+    else:
+        sticks, mass = _stick_breaking(read, partition, latent, num_clusters)
+        latent = [s for s in latent if s is not sticks]
+        params = dict(mass=mass, sigma=0.0, tau=1.0)
     _components(read, latent, num_clusters)
     family, component_sites, obs_kind = _conjugate(read, partition, latent, obs)
     num_rows, dim = np.shape(obs["value"])
@@ -495,5 +676,7 @@ def read_mixture_model(model, model_args=(), model_kwargs=None, engine="this eng
         site_summary=read.summary,
         obs_support=unwrap(obs["fn"]).support,
         engine=engine,
+        partition_kind=kind,
+        sticks_site=None if sticks is None else sticks["name"],
         **params,
     )
