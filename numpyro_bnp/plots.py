@@ -10,6 +10,7 @@ __all__ = [
     "plot_feature_count",
     "plot_feature_grid",
     "plot_feature_sharing",
+    "plot_forgetting",
     "plot_ibp_marginals",
     "plot_learning_curve",
 ]
@@ -217,5 +218,43 @@ def plot_cluster_sizes(results, *, axes=None):
     axes[0].set_ylabel("soft count E[n_k]")
     axes[1].set_xlabel("observations n")
     axes[1].set_ylabel("clusters E[K_n]")
+    axes[0].legend(fontsize=8)
+    return fig
+
+
+def plot_forgetting(results, *, axes=None, changes=None):
+    """Drift detection: ``E[ρ_t]`` of power-prior streams over their batches, with their
+    numbers of clusters.
+
+    :param results: ``{label: result}`` of :class:`~numpyro_bnp.infer.PowerPriorResult`, e.g.
+        ``{"HPP": hpp, "MHPP": mhpp}``.
+    :param axes: optional two matplotlib axes (E[ρ], clusters).
+    :param changes: optional batch numbers where the stream is known to change (dotted lines).
+    :return: the figure. Top: ``E[ρ_t]`` (HPP: one line; MHPP: the mean over the components,
+        each component's value a dot; a component that holds no data stays near the prior's
+        mean): a drop marks a change, where the stream forgets its past. Bottom: the clusters
+        of predictive weight above 1 %.
+    """
+    plt = _pyplot()
+    if not isinstance(results, dict) or not results:
+        raise TypeError("results must be a non-empty dict {label: PowerPriorResult}")
+    if axes is None:
+        fig, axes = plt.subplots(2, 1, figsize=(6.0, 4.0), sharex=True, layout="constrained")
+    else:
+        fig = axes[0].figure
+    for label, result in results.items():
+        rho = np.asarray(result.expected_rho)
+        (line,) = axes[0].plot(result.time, rho.mean(axis=1), ".-", label=label)
+        if np.ptp(rho, axis=1).max() > 1e-6:  # one ρ per component (MHPP)
+            times = np.repeat(result.time, rho.shape[1])
+            axes[0].plot(times, rho.ravel(), ".", color=line.get_color(), alpha=0.3, ms=3)
+        axes[1].plot(result.time, result.traces["num_clusters"], ".-", label=label)
+    for t in changes or ():
+        for ax in axes:
+            ax.axvline(t, color="0.6", ls=":", lw=1)
+    axes[0].set_ylim(-0.03, 1.03)
+    axes[0].set_ylabel("E[ρ_t]")
+    axes[1].set_ylabel("clusters")
+    axes[1].set_xlabel("batch t")
     axes[0].legend(fontsize=8)
     return fig

@@ -4,6 +4,12 @@ from numpyro_bnp.infer.baselines import AcceleratedIBPGibbs, AcceleratedIBPGibbs
 from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
 from numpyro_bnp.infer.nrm import ADFNRM, NRMInfo, NRMResult, NRMState
 from numpyro_bnp.infer.nrm_ep import EPNRM
+from numpyro_bnp.infer.power_prior import (
+    PowerPriorInfo,
+    PowerPriorResult,
+    PowerPriorState,
+    PowerPriorSVB,
+)
 from numpyro_bnp.infer.restricted_gibbs import RestrictedIBPGibbs, RestrictedIBPGibbsState
 from numpyro_bnp.infer.ribp import RIBPFilter, RIBPInfo, RIBPMemoState, RIBPResult, RIBPState
 from numpyro_bnp.infer.streaming import (
@@ -27,6 +33,10 @@ __all__ = [
     "NRMResult",
     "NRMState",
     "NonFiniteStateError",
+    "PowerPriorInfo",
+    "PowerPriorResult",
+    "PowerPriorSVB",
+    "PowerPriorState",
     "RIBPFilter",
     "RIBPInfo",
     "RIBPMemoState",

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_bnp.infer._streaming_engine import check_engine
+from numpyro_bnp.infer._streaming_engine import CHECKPOINT_MEMBERS, check_engine
 
 __all__ = [
     "NotStorable",
@@ -108,7 +108,7 @@ def save(path, state, engine):
     :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``, or when the
         engine's options are not JSON-storable.
     """
-    check_engine(engine)
+    check_engine(engine, CHECKPOINT_MEMBERS)
     engine.check_state(state, name="state")
     path = os.fspath(path)
     arrays = dict(zip(_leaf_names(state), map(np.asarray, jax.tree.leaves(state)), strict=True))
@@ -223,7 +223,7 @@ def load(path, engine):
             "engine must be the engine that resumes the stream (set up for its model), "
             f"got the class {engine.__name__}"
         )
-    check_engine(engine)
+    check_engine(engine, CHECKPOINT_MEMBERS)
     path = os.fspath(path)
     contents = _read(path)
     record = {key: str(contents[f"__{key}__"]) for key in ("state_type", "engine", "kind")}

@@ -89,28 +89,34 @@ class StreamingEngine(Protocol):
         """Samples keyed by the model's site names for :class:`numpyro.infer.Predictive`."""
 
 
-ENGINE_MEMBERS = (
+#: what a checkpoint (save, load) asks of an engine; a batch engine such as
+#: :class:`~numpyro_bnp.infer.PowerPriorSVB` has these but no row-by-row scan
+CHECKPOINT_MEMBERS = (
     "dim",
     "dtype",
     "kind",
     "state_type",
+    "check_batch",
+    "check_state",
+    "capacity",
+    "empty",
+    "num_seen",
+)
+#: what the row-streaming loop asks of an engine
+ENGINE_MEMBERS = (
+    *CHECKPOINT_MEMBERS,
     "progress_key",
     "progress_label",
     "capacity_option",
-    "check_batch",
-    "check_state",
     "scan_chunk",
-    "capacity",
-    "empty",
     "grow",
     "truncated",
-    "num_seen",
 )
 
 
-def check_engine(engine):
-    """Raise ``TypeError`` naming the members of the protocol that ``engine`` lacks."""
-    missing = [m for m in ENGINE_MEMBERS if not hasattr(engine, m)]
+def check_engine(engine, members=ENGINE_MEMBERS):
+    """Raise ``TypeError`` naming the ``members`` of the protocol that ``engine`` lacks."""
+    missing = [m for m in members if not hasattr(engine, m)]
     if missing:
         raise TypeError(
             f"engine must follow the StreamingEngine protocol (set up by its init); "

@@ -135,7 +135,7 @@ def _finite_leaves(state):
     return jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(state)])
 
 
-def _nonfinite_fields(state):
+def nonfinite_fields(state):
     """Names of the fields of ``state`` that hold a NaN or an infinity (one host transfer)."""
     flags = np.asarray(_finite_leaves(state))
     names = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(state)]
@@ -279,7 +279,7 @@ def run(engine, state, data, *, chunk_size=256, progress_bar=True, growable=True
         start, before = seen + absorbed, state
         while True:
             new_state, info = engine.scan_chunk(state, chunk, valid)
-            bad = _nonfinite_fields(new_state)
+            bad = nonfinite_fields(new_state)
             if bad:
                 traces_so_far, time_so_far = traces.stack()
                 err = NonFiniteStateError(
@@ -492,7 +492,10 @@ class StreamingResult:
             groups["observed_data"] = {"obs": np.asarray(obs)}
             dims["obs"] = ["row", "dim"]
         data = arviz_compat.from_dict(groups, dims=dims, coords=dict(coords))
-        stream = {k: (["time"], np.asarray(v)) for k, v in self.traces.items()}
+        stream = {
+            k: (["time", *(f"{k}_dim_{i}" for i in range(np.ndim(v) - 1))], np.asarray(v))
+            for k, v in self.traces.items()
+        }
         return arviz_compat.add_group(data, "stream", stream, coords={"time": self.time})
 
     def posterior_samples(self, rng_key, num_samples, *, num_obs=None, obs=None):
