@@ -292,3 +292,14 @@ def test_nuts_with_enumerated_labels_finds_the_two_clusters():
     assert weights[big].sum() > 0.9, weights
     means = np.sort(np.asarray(draws["mu"]).mean(0)[big, 0])
     np.testing.assert_allclose(means, [-2.0, 2.0], atol=0.3)
+
+
+@pytest.mark.parametrize("model", [models.dp_mixture, models.nggp_gaussian_mixture])
+def test_float32_wishart_components_are_read_at_d20(model):
+    """The reader's stand-in precision matrices stay well conditioned in float32 (a standard
+    normal point of the unconstrained space failed the MultivariateNormal's check at D >= 10)."""
+    with jax.enable_x64(False):
+        spec = read_mixture_model(
+            model, (), dict(num_obs=3, dim=20), partitions=("nggp", "stick_breaking")
+        )
+    assert spec.dim == 20 and spec.family.prior.scale_tril.dtype == jnp.float32

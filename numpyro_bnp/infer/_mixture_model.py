@@ -225,8 +225,12 @@ def _stand_in(labels):
         except NotImplementedError:
             return None
         dtype = jnp.result_type(*jax.tree.leaves(fn), float)  # the parameters' float dtype
+        # matrices (a Wishart's precisions) near the identity: a standard normal point of the
+        # unconstrained space made precision matrices at D >= 10 too ill-conditioned for the
+        # positive-definite check of a MultivariateNormal in float32
+        spread = 0.1 if len(fn.event_shape) >= 2 else 1.0
         shape = transform.inverse_shape(shape)
-        value = transform(jnp.asarray(noise.normal(size=shape), dtype))
+        value = transform(jnp.asarray(spread * noise.normal(size=shape), dtype))
         if fn.support is constraints.simplex:
             # stick-breaking rounds: in float32 over a large vocabulary the sum drifts past the
             # simplex check of a Multinomial (1e-6); normalising brings it back to one rounding
