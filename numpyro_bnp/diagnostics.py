@@ -79,23 +79,38 @@ def _is_discrete(site):
     return bool(getattr(site["fn"].support, "is_discrete", False))
 
 
-def feature_dims(model, model_args=(), model_kwargs=None):
-    """Named dimensions of a feature model's sites, for ``arviz.from_numpyro(..., dims=...)``.
+def feature_dims(model, model_args=(), model_kwargs=None, *, values=None):
+    """Named dimensions of a feature or mixture model's sites, for
+    ``arviz.from_numpyro(..., dims=...)``.
 
-    The observed site ``(N, D)`` gets ``["row", "dim"]``; a latent ``(K,)`` site ``["feature"]``;
-    a latent 2-D discrete site (the allocation ``Z`` or counts ``X``) and a 2-D site whose first
-    axis has the ``N`` rows and whose last axis is not ``D`` (weights, document rates)
-    ``["row", "feature"]``; any other latent 2-D site whose last axis is ``D`` (features ``A``,
-    traits ``ψ``, topics) ``["feature", "dim"]``. Sites that fit none of these are left to
-    ArviZ's defaults.
+    The observed site ``(N, D)`` gets ``["row", "dim"]``. In a mixture model (a latent discrete
+    site of shape ``(N,)``, the labels) the labels get ``["row"]`` and every other latent site
+    ``["cluster"]``, ``["cluster", "dim"]`` or ``["cluster", "dim", "dim2"]`` by its number of
+    axes. In a feature model a latent ``(K,)`` site gets ``["feature"]``; a latent 2-D discrete
+    site (the allocation ``Z`` or counts ``X``) and a 2-D site whose first axis has the ``N`` rows
+    and whose last axis is not ``D`` (weights, document rates) ``["row", "feature"]``; any other
+    latent 2-D site whose last axis is ``D`` (features ``A``, traits ``ψ``, topics)
+    ``["feature", "dim"]``. Sites that fit none of these are left to ArviZ's defaults.
+
+    :param values: one draw of the latent sites to trace the model at (default: a draw of the
+        prior with seed 0).
     """
-    sites = _trace(model, model_args, model_kwargs)
+    sites = _trace(model, model_args, model_kwargs, values)
     obs = _observed(sites)
     num_rows, dim = jnp.shape(obs["value"])
     dims = {obs["name"]: ["row", "dim"]}
-    for name, site in sites.items():
-        if site is obs:
-            continue
+    latent = {name: s for name, s in sites.items() if s is not obs}
+    labels = [
+        name
+        for name, s in latent.items()
+        if _is_discrete(s) and tuple(jnp.shape(s["value"])) == (num_rows,)
+    ]
+    if len(labels) == 1:
+        for name, site in latent.items():
+            ndim = jnp.ndim(site["value"])
+            dims[name] = ["row"] if name == labels[0] else ["cluster", "dim", "dim2"][:ndim]
+        return {name: axes for name, axes in dims.items() if axes}
+    for name, site in latent.items():
         shape = tuple(jnp.shape(site["value"]))
         if len(shape) == 1:
             dims[name] = ["feature"]
@@ -112,7 +127,8 @@ def from_mcmc(mcmc, *, dims=None, **kwargs):
     ``dims`` entries replace the inferred ones; other keyword arguments go to
     :func:`numpyro_bnp.arviz_compat.from_numpyro` (log-likelihood on by default).
     """
-    named = feature_dims(mcmc.sampler.model, mcmc._args, mcmc._kwargs)
+    draw = {name: value[0] for name, value in mcmc.get_samples().items()}
+    named = feature_dims(mcmc.sampler.model, mcmc._args, mcmc._kwargs, values=draw)
     named.update(dims or {})
     return arviz_compat.from_numpyro(mcmc, dims=named, **kwargs)
 

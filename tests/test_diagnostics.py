@@ -136,6 +136,11 @@ def test_export_names_rows_features_and_dimensions(ibp_run):
             dict(doc_lengths=np.full(5, 6.0), vocab_size=3, max_features=4),
             {"theta": ["feature"], "topics": ["feature", "dim"], "rates": ["row", "feature"]},
         ),
+        (
+            models.nggp_gaussian_mixture,
+            dict(num_obs=5, dim=3),
+            {"z": ["row"], "mu": ["cluster", "dim"], "Lambda": ["cluster", "dim", "dim2"]},
+        ),
     ],
 )
 def test_feature_dims_of_every_ready_model(model, kwargs, expected):

@@ -37,7 +37,7 @@ pure JAX function:
     rounding, and ``update(update(p, s, a), s, b) == update(p, s, a + b)``.
 ``family.absorb(params, xs, weights)``
     :meth:`update` by every row of ``xs`` ``(N, D)`` with ``weights`` ``(N, *batch)`` in one
-    step (a batch of variational Bayes; not for documents).
+    step (a batch of variational Bayes; documents as :class:`SparseCounts` ``(N, L)``).
 ``family.log_predictive(params, x)``
     ``log ∫ p(x | θ) q(θ | params) dθ``, a normalised log density or mass of ``x``.
 ``family.expected_log_likelihood(params, x)``

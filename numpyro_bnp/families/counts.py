@@ -176,10 +176,24 @@ class DirichletMultinomial(ConjugateFamily):
         )
 
     def absorb(self, params, xs, weights):
-        """Not available for documents (their statistics are sparse word lists)."""
-        raise NotImplementedError(
-            "DirichletMultinomial.absorb: a batch of documents is absorbed one update at a time"
-        )
+        """λ_v ← λ_v + Σ_n w_n x_nv and Λ ← Λ + Σ_n w_n N_n for documents ``xs``
+        (:class:`SparseCounts` ``(N, L)``) with ``weights`` ``(N, *batch)``: one scatter of the
+        ``N L`` entries, never a dense ``(N, V)`` array."""
+        w = jnp.asarray(weights, self.dtype)
+        batch = w.shape[1:]
+        flat = w.reshape(w.shape[0], -1)  # (N, B)
+        conc = params.concentration.reshape(-1, params.concentration.shape[-1])  # (B, V)
+        total = params.total.reshape(-1)
+        for ids, counts, _ in _blocks(xs, self.dtype):
+            entries = counts[:, :, None] * flat[:, None, :]  # (N, L, B)
+            delta = jnp.zeros(conc.shape[::-1], self.dtype)  # (V, B)
+            delta = delta.at[jnp.asarray(ids, jnp.int32).reshape(-1)].add(
+                entries.reshape(-1, flat.shape[1])
+            )
+            conc = conc + delta.T
+            total = total + flat.T @ counts.sum(-1)
+        out = jnp.broadcast_shapes(params.total.shape, batch)
+        return DirichletParams(conc.reshape(*out, conc.shape[-1]), total.reshape(out))
 
     def update(self, params, stats, weight):
         """λ_v ← λ_v + w x_v on the document's words only, Λ ← Λ + w N."""

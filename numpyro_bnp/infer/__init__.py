@@ -2,6 +2,7 @@
 
 from numpyro_bnp.infer.baselines import AcceleratedIBPGibbs, AcceleratedIBPGibbsState
 from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
+from numpyro_bnp.infer.nggp_gibbs import NGGPMarginalGibbs, NGGPMarginalGibbsState
 from numpyro_bnp.infer.nrm import ADFNRM, NRMInfo, NRMResult, NRMState
 from numpyro_bnp.infer.nrm_ep import EPNRM
 from numpyro_bnp.infer.power_prior import (
@@ -29,6 +30,8 @@ __all__ = [
     "BadBatchError",
     "CRMSlice",
     "CRMSliceState",
+    "NGGPMarginalGibbs",
+    "NGGPMarginalGibbsState",
     "NRMInfo",
     "NRMResult",
     "NRMState",

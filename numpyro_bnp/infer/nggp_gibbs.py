@@ -1,0 +1,508 @@
+r"""The collapsed ("marginal") Gibbs sampler for NGGP mixtures, as a NumPyro ``MCMCKernel``.
+
+Favaro & Teh, *MCMC for normalized random measure mixture models*, Stat. Sci. 2013 (the
+marginal sampler of their Section 3; ``docs/nrm.md``, "The marginal Gibbs sampler"). The model
+is a mixture whose partition has an :class:`~numpyro_bnp.distributions.NGGP` prior (mass ``a``,
+discount ``σ``, tilt ``τ``) and whose components are conjugate to the likelihood
+(:mod:`numpyro_bnp.families`):
+
+.. math::
+    z \sim \mathrm{NGGP}(a, σ, τ), \quad θ_k \sim H_0, \quad x_n \mid z, θ \sim F(θ_{z_n}).
+
+The components are integrated out; the chain's state is the partition ``z`` and the auxiliary
+variable ``U = U_N`` (``U | T ~ Gamma(N, T)``, ``T`` the CRM's total mass), whose joint law
+with the partition is (James, Lijoi & Prünster 2009; Tank, Foti & Fox 2015, Eq. 6)
+
+.. math::
+    p(z, U = u) = \frac{u^{N-1}}{Γ(N)} e^{-ψ(u)} \prod_{k=1}^{K} κ(n_k, u), \qquad
+    κ(m, u) = a \frac{Γ(m - σ)}{Γ(1 - σ)} (u + τ)^{σ - m}.
+
+One MCMC iteration is one sweep:
+
+1. ``log U | z``, an exact draw (:func:`numpyro_bnp._math.nggp_sample_log_u`: the density
+   depends on ``z`` only through ``(N, K)`` and is log-concave in ``log U``; Favaro & Teh
+   slice-sample it, an exact draw is the better Gibbs step);
+2. each label in turn, ``z_n | z_{-n}, U, X`` (the ratios ``κ(n_k + 1, U) / κ(n_k, U)`` and
+   ``κ(1, U)`` of the joint above, the paper's urn Eq. 5 of Tank et al.):
+
+   .. math::
+       p(z_n = k) \propto (n_{k,-n} - σ)\, p(x_n \mid X_{k,-n}), \qquad
+       p(z_n = \mathrm{new}) \propto a (U + τ)^σ\, p(x_n \mid H_0),
+
+   with the conjugate posterior predictives of the family; a cluster's posterior loses and
+   gains row ``n`` by the family's exact ``update`` (recomputed from all rows at the start of
+   each sweep, against round-off).
+
+The components in the sample are draws from their conjugate posteriors given the partition
+(empty slots: prior draws); they are output, not part of the chain. Labels are canonical
+(clusters numbered in order of first appearance), so the sample is a valid value of the model's
+NGGP site.
+
+**Capacity.** The clusters live in the model's clusters plate (``K`` slots, the
+``max_clusters`` of the ready models; each row costs ``K`` predictives). A sweep that finds all
+slots occupied when a row could open a new cluster runs on the truncated model: its
+``saturated`` field is True and a ``RuntimeWarning`` says so; rebuild the model with a larger
+``max_clusters``.
+
+**First state.** Without ``init_params`` a chain starts from one sequential pass in which row
+``n`` joins a cluster with the exact predictive of the first ``n - 1`` rows' partition,
+``(n_k - σ) V_{n,K}`` against ``V_{n,K+1}`` (Gibbs-type EPPF weights), times the conjugate
+predictive: a draw of the sequential (particle) approximation of the posterior.
+"""
+
+import functools
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax, random
+from jax.scipy.special import gammaln
+from numpyro import handlers
+from numpyro.infer.mcmc import MCMCKernel
+
+from numpyro_bnp._checks import FixedOptions, is_concrete, model_function, nonnegative_int
+from numpyro_bnp._math import nggp_log_v, nggp_sample_log_u
+from numpyro_bnp.families import SparseCounts
+from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
+from numpyro_bnp.infer._mixture_model import read_mixture_model
+from numpyro_bnp.infer._model import trace_model
+
+__all__ = ["NGGPMarginalGibbs", "NGGPMarginalGibbsState"]
+
+_ENGINE = "NGGPMarginalGibbs"
+
+
+class NGGPMarginalGibbsState(NamedTuple):
+    """State of :class:`NGGPMarginalGibbs` (one chain; vectorized chains add a leading axis).
+
+    :ivar i: number of sweeps done (int32).
+    :ivar z: the sample, ``{partition site: (N,) int32 canonical labels, component sites: one
+        conjugate-posterior draw per cluster (K, ...)}``.
+    :ivar log_u: ``log U_N`` drawn at the start of the sweep.
+    :ivar num_clusters: the number of clusters ``K_N`` (int32).
+    :ivar log_joint: ``log p(z) + log p(X | z)``, the components integrated out (the target;
+        ``p(z)`` the exact EPPF).
+    :ivar log_likelihood: ``log p(X | z)``, the components integrated out.
+    :ivar co_clustered: ``(P,)`` bool, whether each of the kernel's ``pairs`` of rows share a
+        cluster (label-invariant functions for ESS and R-hat).
+    :ivar saturated: True when the capacity was full in the sweep (module docstring).
+    :ivar rng_key: PRNG key.
+    """
+
+    i: jnp.ndarray
+    z: dict
+    log_u: jnp.ndarray
+    num_clusters: jnp.ndarray
+    log_joint: jnp.ndarray
+    log_likelihood: jnp.ndarray
+    co_clustered: jnp.ndarray
+    saturated: jnp.ndarray
+    rng_key: jnp.ndarray
+
+
+class _Config(NamedTuple):
+    """The model's constants the sweep needs (hashable host values)."""
+
+    num_rows: int
+    capacity: int
+    mass: float
+    sigma: float
+    tau: float
+    pairs: tuple
+    partition_site: str
+    doc_width: int  # distinct words per document kept (documents only; 0 otherwise)
+
+
+def _row(rows, n):
+    """Row ``n`` of dense rows ``(N, D)`` or of documents (:class:`SparseCounts` ``(N, L)``)."""
+    return jax.tree.map(lambda a: a[n], rows)
+
+
+def _documents(x, width):
+    """Dense word counts ``(N, V)`` as :class:`SparseCounts` ``(N, width)`` (traceable):
+    the non-zero counts first, in vocabulary order."""
+    order = jnp.argsort(x == 0, axis=-1, stable=True)[:, :width]
+    return SparseCounts(order.astype(jnp.int32), jnp.take_along_axis(x, order, axis=-1))
+
+
+def _canonical(labels, capacity):
+    """The labels with clusters renumbered in order of first appearance."""
+    num_rows = labels.shape[0]
+    first = (
+        jnp.full(capacity, num_rows, jnp.int32)
+        .at[labels]
+        .min(jnp.arange(num_rows, dtype=jnp.int32))
+    )
+    order = jnp.argsort(first, stable=True)  # the old slot of each new one, empty slots last
+    return jnp.argsort(order)[labels].astype(jnp.int32)
+
+
+def _cluster_params(family, rows, labels, capacity):
+    """Each slot's conjugate posterior given its rows (prior-only chains: the prior)."""
+    prior = family.init_clusters(capacity)
+    if rows is None:
+        return prior
+    return family.absorb(prior, rows, jax.nn.one_hot(labels, capacity, dtype=family.dtype))
+
+
+def _log_eppf(counts, cfg, dtype):
+    """``log V_{N,K} + Σ_k log (1 - σ)_{n_k - 1}`` of slot sizes ``counts`` ``(K,)``."""
+    sizes = counts.astype(dtype)
+    k = jnp.sum(counts > 0)
+    factors = jnp.where(sizes > 0, gammaln(sizes - cfg.sigma) - gammaln(1.0 - cfg.sigma), 0.0)
+    log_v = nggp_log_v(cfg.num_rows, jnp.maximum(k, 1), cfg.mass, cfg.sigma, cfg.tau)[0]
+    return log_v.astype(dtype) + factors.sum()
+
+
+def _log_likelihood(family, rows, params, counts):
+    """``log p(X | z) = Σ_k [A(post_k) − A(prior)] + Σ_n log h(x_n)``, where
+    ``log h(x) = log p(x | H_0) − [A(H_0 + x) − A(H_0)]`` (the exponential-family identity of
+    :mod:`numpyro_bnp.families`: a conjugate posterior's normaliser gives the marginal
+    likelihood of what it absorbed, up to the base measure)."""
+    if rows is None:
+        return jnp.zeros((), family.dtype)
+    prior = family.prior
+    a0 = family.log_normalizer(prior)
+
+    def log_base(x):
+        post = family.update(prior, family.stats(x), 1.0)
+        return family.log_predictive(prior, x) - family.log_normalizer(post) + a0
+
+    gains = jnp.where(counts > 0, family.log_normalizer(params) - a0, 0.0)
+    return gains.sum() + jax.vmap(log_base)(rows).sum()
+
+
+def _assign(family, rows, cfg, labels, counts, params, key, log_new_fn):
+    """One pass over the rows in order, each label drawn from its full conditional (module
+    docstring, step 2): ``(labels, counts, params, saturated)``. ``log_new_fn(n, counts)``
+    gives the log prior weights of a new cluster (a scalar) and of the occupied slots ``(K,)``
+    (``counts`` without row ``n``); a label ``-1`` is a row not yet assigned."""
+    capacity = cfg.capacity
+    dtype = family.dtype
+    gumbel = random.gumbel(key, (cfg.num_rows, capacity), dtype)
+    prior = family.init_clusters(capacity)
+
+    def step(n, carry):
+        labels, counts, params, saturated = carry
+        old = jax.nn.one_hot(labels[n], capacity, dtype=dtype)  # zeros for -1
+        counts = counts - old.astype(counts.dtype)
+        empty = counts == 0
+        if rows is None:
+            log_pred = jnp.zeros(capacity, dtype)
+        else:
+            x = _row(rows, n)
+            stats = family.stats(x)
+            params = family.update(params, stats, -old)
+            # a slot that lost its last row is the prior again, exactly
+            params = jax.tree.map(
+                lambda p, q: jnp.where(empty.reshape(empty.shape + (1,) * (p.ndim - 1)), q, p),
+                params,
+                prior,
+            )
+            log_pred = family.log_predictive(params, x)
+        log_new, log_old = log_new_fn(n, counts)
+        new_slot = jnp.argmax(empty)
+        full = ~empty[new_slot]
+        logits = jnp.where(empty, -jnp.inf, log_old + log_pred)
+        logits = logits.at[new_slot].set(
+            jnp.where(full, logits[new_slot], log_new + log_pred[new_slot])
+        )
+        k = jnp.argmax(logits + gumbel[n]).astype(jnp.int32)
+        new = jax.nn.one_hot(k, capacity, dtype=dtype)
+        if rows is not None:
+            params = family.update(params, stats, new)
+        return labels.at[n].set(k), counts + new.astype(counts.dtype), params, saturated | full
+
+    carry = (labels, counts, params, jnp.zeros((), bool))
+    return lax.fori_loop(0, cfg.num_rows, step, carry)
+
+
+def _finish(family, rows, cfg, to_sites, labels, log_u, i, saturated, key):
+    """Canonical labels, the component draws and the diagnostics: the state after a sweep."""
+    dtype = family.dtype
+    labels = _canonical(labels, cfg.capacity)
+    counts = jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1)
+    params = _cluster_params(family, rows, labels, cfg.capacity)
+    key, key_theta = random.split(key)
+    log_lik = _log_likelihood(family, rows, params, counts)
+    pairs = np.asarray(cfg.pairs, np.int32).reshape(-1, 2)
+    return NGGPMarginalGibbsState(
+        i=jnp.asarray(i, jnp.int32),
+        z=to_sites(labels, family.sample(key_theta, params)),
+        log_u=jnp.asarray(log_u, dtype),
+        num_clusters=jnp.sum(counts > 0).astype(jnp.int32),
+        log_joint=_log_eppf(counts, cfg, dtype) + log_lik,
+        log_likelihood=log_lik,
+        co_clustered=labels[pairs[:, 0]] == labels[pairs[:, 1]],
+        saturated=jnp.asarray(saturated, bool),
+        rng_key=key,
+    )
+
+
+def _log_old(counts, cfg, dtype):
+    """``log(n_k − σ)`` of the slot sizes (any value for the empty slots)."""
+    return jnp.log(jnp.maximum(counts.astype(dtype) - cfg.sigma, 1e-30))
+
+
+def _sweep(family, rows, cfg, labels, key):
+    """Steps 1 and 2 of the module docstring: ``(labels, log U, saturated)``."""
+    dtype = family.dtype
+    key_u, key_z = random.split(key)
+    counts = jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1)
+    num = jnp.sum(counts > 0)
+    log_u = nggp_sample_log_u(key_u, cfg.num_rows, num, cfg.mass, cfg.sigma, cfg.tau)
+    log_u = log_u.astype(dtype)
+    # a (U + τ)^σ; σ = 0 (the Dirichlet process): a, whatever U
+    log_new = jnp.log(cfg.mass) + cfg.sigma * jnp.logaddexp(log_u, jnp.log(cfg.tau))
+    log_new = jnp.where(cfg.sigma == 0, jnp.log(cfg.mass), log_new).astype(dtype)
+    params = _cluster_params(family, rows, labels, cfg.capacity)
+
+    def weights(n, counts):
+        return log_new, _log_old(counts, cfg, dtype)
+
+    labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key_z, weights)
+    return labels, log_u, saturated
+
+
+def _sequential(family, rows, cfg, key):
+    """The first state's labels: one sequential pass with the exact EPPF predictive weights."""
+    dtype = family.dtype
+    capacity = cfg.capacity
+
+    def weights(n, counts):
+        k = jnp.sum(counts > 0)
+        m = (n + 1).astype(dtype)  # rows after this one joins
+        ks = jnp.stack([jnp.maximum(k, 1), k + 1]).astype(dtype)
+        log_v = nggp_log_v(m, ks, cfg.mass, cfg.sigma, cfg.tau)[0].astype(dtype)
+        return log_v[1] - log_v[0], _log_old(counts, cfg, dtype)
+
+    labels = jnp.full(cfg.num_rows, -1, jnp.int32)
+    counts = jnp.zeros(capacity, jnp.int32)
+    params = family.init_clusters(capacity)
+    labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key, weights)
+    return labels, saturated
+
+
+def _init_chain(key, rows, labels, family, cfg, to_sites):
+    """The first state: the sequential pass, or the given ``labels`` ``(N,)``."""
+    key, key_z, key_u = random.split(key, 3)
+    if labels is None:
+        labels, saturated = _sequential(family, rows, cfg, key_z)
+    else:
+        saturated = jnp.zeros((), bool)
+    num = jnp.sum(jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1) > 0)
+    log_u = nggp_sample_log_u(key_u, cfg.num_rows, num, cfg.mass, cfg.sigma, cfg.tau)
+    return _finish(family, rows, cfg, to_sites, labels, log_u, 0, saturated, key)
+
+
+def _step(state, rows, family, cfg, to_sites):
+    """One MCMC iteration: a sweep (module docstring), then :func:`_finish`."""
+    key, key_sweep = random.split(state.rng_key)
+    labels = state.z[cfg.partition_site]
+    labels, log_u, saturated = _sweep(family, rows, cfg, labels, key_sweep)
+    return _finish(family, rows, cfg, to_sites, labels, log_u, state.i + 1, saturated, key)
+
+
+def _check_width(most, width):
+    if most > width:
+        raise ValueError(
+            f"{_ENGINE}: a document has {int(most)} distinct words, more than the {width} of "
+            "the data the chain was started on; start a new chain (MCMC.run without "
+            "post_warmup_state) on these documents"
+        )
+
+
+def _warn_saturated(saturated, capacity):
+    if np.any(saturated):
+        warnings.warn(
+            f"{_ENGINE}: every one of the model's {capacity} cluster slots was occupied in a "
+            f"sweep ({int(np.sum(saturated))} of {np.size(saturated)} chains), so rows could "
+            "not open a new cluster and the chain ran on a truncated model; rebuild the model "
+            "with a larger max_clusters (the size of its clusters plate)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _default_pairs(num_rows, num_pairs):
+    """``num_pairs`` distinct pairs of distinct rows, fixed (NumPy seed 0)."""
+    if num_rows < 2:
+        return ()
+    rng = np.random.default_rng(0)
+    total = num_rows * (num_rows - 1) // 2
+    picks = rng.choice(total, size=min(num_pairs, total), replace=False)
+    first = np.floor((1 + np.sqrt(1 + 8 * picks)) / 2).astype(int)  # pick -> (first, second)
+    second = picks - first * (first - 1) // 2
+    return tuple((int(a), int(b)) for a, b in zip(second, first, strict=True))
+
+
+class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
+    r"""Collapsed Gibbs sampling of NGGP mixtures (Favaro & Teh 2013), a NumPyro ``MCMCKernel``.
+
+    See the module docstring for the algorithm. The model is read through the mixture-model
+    contract (``docs/model_contract.md``, "Mixture models"): an
+    :class:`~numpyro_bnp.distributions.NGGP` partition site with fixed ``mass``, ``sigma`` and
+    ``tau``, component sites in a clusters plate of ``K`` slots with a prior conjugate to the
+    likelihood, and one observed site, e.g. :func:`numpyro_bnp.models.nggp_gaussian_mixture`.
+    Traced without data (``obs=None``) the chain samples the partition prior.
+
+    Each MCMC iteration is one sweep. The sample (``sample_field``) is the dict of the model's
+    site values: the canonical labels ``(N,)`` and one draw of the components ``(K, ...)``
+    from their posterior given the labels, so ``arviz.from_numpyro`` computes the
+    log-likelihood and ``numpyro.infer.Predictive`` runs on the samples. Diagnostics for
+    ``extra_fields``: ``num_clusters``, ``log_u``, ``log_joint``, ``log_likelihood``,
+    ``co_clustered`` and ``saturated`` (:class:`NGGPMarginalGibbsState`). Chains start from a
+    sequential pass (module docstring) or from ``init_params={partition site: labels (N,)}``
+    (any integer labels in ``[0, K)``).
+
+    :param model: a NumPyro mixture model function of the form above.
+    :param int num_pairs: how many fixed pairs of rows (NumPy seed 0) the ``co_clustered``
+        diagnostic follows; or give them as ``pairs``.
+    :param pairs: ``(P, 2)`` row indices, instead of ``num_pairs`` random ones.
+
+    **Example**
+
+    .. code-block:: python
+
+        >>> from jax import random
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_bnp.infer import NGGPMarginalGibbs
+        >>> from numpyro_bnp.models import nggp_normal_mixture
+        >>> x = random.normal(random.PRNGKey(0), (30, 2))
+        >>> mcmc = MCMC(NGGPMarginalGibbs(nggp_normal_mixture), num_warmup=20, num_samples=50,
+        ...             progress_bar=False)
+        >>> mcmc.run(random.PRNGKey(1), x, num_obs=30, dim=2, mass=1.0, sigma=0.25,
+        ...          sigma_o=1.0, max_clusters=16, extra_fields=("num_clusters",))
+        >>> mcmc.get_samples()["z"].shape, mcmc.get_extra_fields()["num_clusters"].shape
+        ((50, 30), (50,))
+    """
+
+    sample_field = "z"
+
+    fixed_options = ("num_pairs", "pairs")
+
+    def __init__(self, model, *, num_pairs=8, pairs=None):
+        self._model = model_function(model)
+        self.num_pairs = nonnegative_int(num_pairs, "num_pairs")
+        if pairs is not None:
+            arr = np.asarray(pairs)
+            if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
+                raise ValueError(f"pairs must be integer row indices of shape (P, 2), got {arr}")
+            pairs = tuple(map(tuple, arr.tolist()))
+        self.pairs = pairs
+        self.spec = None
+        self._cfg = None
+        self._batched = False
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def default_fields(self):
+        return ("z", "num_clusters", "log_joint", "saturated")
+
+    # ------------------------------------------------------------------ reading the model
+    def _read(self, model_args, model_kwargs):
+        spec = read_mixture_model(self._model, model_args, model_kwargs, engine=_ENGINE)
+        dtype = jnp.result_type(float)
+        family = jax.tree.map(lambda a: jnp.asarray(a, dtype), spec.family)
+        self.spec, self._family = spec, family
+        x = self._observed(model_args, model_kwargs)
+        width = spec.dim if spec.obs_kind == "documents" else 0
+        if x is not None and is_concrete(x):
+            spec.check_observed(x, f"the data of the observed site {spec.obs_site!r}")
+            if spec.obs_kind == "documents":
+                width = max(int(np.max(np.sum(np.asarray(x) != 0, axis=-1))), 1)
+        pairs = self.pairs
+        if pairs is None:
+            pairs = _default_pairs(spec.num_rows, self.num_pairs)
+        if not all(0 <= i < spec.num_rows and 0 <= j < spec.num_rows for i, j in pairs):
+            raise ValueError(f"pairs must index rows 0..{spec.num_rows - 1}, got {pairs}")
+        self._cfg = _Config(
+            num_rows=spec.num_rows,
+            capacity=spec.max_clusters,
+            mass=spec.mass,
+            sigma=spec.sigma,
+            tau=spec.tau,
+            pairs=tuple(pairs),
+            partition_site=spec.partition_site,
+            doc_width=width,
+        )
+
+    def _observed(self, model_args, model_kwargs):
+        """The observed value ``(N, D)`` as the model gives it (traceable), None without data."""
+        spec, family = self.spec, self._family
+        stand_in = dict(spec.component_values(family.mean(family.init_clusters(spec.max_clusters))))
+        stand_in[spec.partition_site] = jnp.zeros(spec.num_rows, jnp.int32)
+        model = handlers.substitute(self._model, data=stand_in)
+        site = trace_model(model, model_args, model_kwargs, _ENGINE)[spec.obs_site]
+        return site["value"] if site["is_observed"] else None
+
+    def _rows(self, model_args, model_kwargs):
+        """The rows the sweep reads: dense ``(N, D)``, documents as :class:`SparseCounts`."""
+        x = self._observed(model_args, model_kwargs)
+        if x is None:
+            return None
+        x = jnp.asarray(x, self._family.dtype)
+        if self.spec.obs_kind != "documents":
+            return x
+        width = self._cfg.doc_width
+        jax.debug.callback(_check_width, jnp.max(jnp.sum(x != 0, axis=-1)), width)
+        return _documents(x, width)
+
+    def _to_sites(self, labels, theta):
+        """The model's site values: the labels and the components ``theta`` (a family draw)."""
+        return {self.spec.partition_site: labels, **self.spec.component_values(theta)}
+
+    # ------------------------------------------------------------------ numpyro protocol
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        self._read(model_args, model_kwargs)
+        cfg = self._cfg
+        self._batched = chains_batched(rng_key, _ENGINE)
+        labels = None
+        if init_params is not None:
+            site = cfg.partition_site
+            if not isinstance(init_params, dict) or site not in init_params:
+                raise ValueError(f"init_params must be a dict with the partition site {site!r}")
+            labels = np.asarray(init_params[site])
+            expected = ((len(rng_key),) if self._batched else ()) + (cfg.num_rows,)
+            if labels.shape != expected or labels.dtype.kind not in "iu":
+                raise ValueError(
+                    f"init_params[{site!r}] must be integer labels of shape {expected}, got "
+                    f"{labels.dtype} {labels.shape}"
+                )
+            if labels.min() < 0 or labels.max() >= cfg.capacity:
+                raise ValueError(
+                    f"init_params[{site!r}] must lie in [0, {cfg.capacity}) (the model's "
+                    f"clusters plate), got labels from {labels.min()} to {labels.max()}"
+                )
+            labels = jnp.asarray(labels, jnp.int32)
+        rows = self._rows(model_args, model_kwargs)
+        init = functools.partial(_init_chain, family=self._family, cfg=cfg, to_sites=self._to_sites)
+        axes = (0, None, None if labels is None else 0)
+        # one compiled program: run eagerly, the first state costs a compilation per operation
+        state = jax.jit(over_chains(init, self._batched, axes))(rng_key, rows, labels)
+        _warn_saturated(np.asarray(state.saturated), cfg.capacity)
+        return state
+
+    def sample(self, state, model_args, model_kwargs):
+        if self._cfg is None:
+            raise RuntimeError(f"{_ENGINE}.init must run before sample")
+        rows = self._rows(model_args, model_kwargs)
+        step = functools.partial(
+            _step, rows=rows, family=self._family, cfg=self._cfg, to_sites=self._to_sites
+        )
+        state = over_chains(step, self._batched)(state)
+        jax.debug.callback(_warn_saturated, state.saturated, self._cfg.capacity)
+        return state
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        """The sampled site values plus the model's deterministic sites at them."""
+        return with_deterministic(self._model, model_args, model_kwargs, engine=_ENGINE)
+
+    def get_diagnostics_str(self, state):
+        sat = ", SATURATED" if bool(np.any(state.saturated)) else ""
+        return f"{int(state.num_clusters)} clusters, log U {float(state.log_u):.3g}{sat}"
