@@ -130,6 +130,33 @@ def test_diagnostics_are_the_chain_rule_of_predictives():
     assert int(state.num_clusters) == 3
 
 
+def test_log_predictive_is_the_exact_predictive_given_each_partition():
+    """Per partition: Σ_k p(new row in k | z) p(x* | X_k) + p(new cluster | z) p(x* | H_0),
+    the urn of NGGP.predictive and SciPy's Gaussian predictives; over draws, their mean."""
+    kernel = NGGPMarginalGibbs(models.nggp_normal_mixture)
+    args = dict(obs=jnp.asarray(X1), **NORMAL)
+    test = np.array([[0.5], [3.0], [-6.0]])
+    prior = NGGP(1.0, 0.5, 1.0, num_points=5)
+    s2, v2 = NORMAL["sigma_o"] ** 2, NORMAL["sigma_mu"] ** 2
+    expected = []
+    for labels in partitions(5)[[0, 7, 30, 51]]:
+        probs = np.asarray(prior.predictive(jnp.asarray(labels)), np.float64)
+        dens = np.zeros((len(test), 6))
+        for k in range(labels.max() + 2):
+            xs = X1[labels == k, 0]
+            prec = 1 / v2 + len(xs) / s2
+            mean = xs.sum() / s2 / prec
+            dens[:, k] = multivariate_normal(mean, 1 / prec + s2).pdf(test[:, 0])
+        expected.append(np.log((dens * probs).sum(1)))
+        got = kernel.log_predictive(labels[None], test, **args)
+        np.testing.assert_allclose(got, expected[-1], rtol=1e-5)
+    mean = logsumexp(np.array(expected), axis=0) - np.log(4)
+    got = kernel.log_predictive({"z": partitions(5)[[0, 7, 30, 51]]}, test, **args)
+    np.testing.assert_allclose(got, mean, rtol=1e-5)
+    with pytest.raises(ValueError, match="new_rows"):
+        kernel.log_predictive(partitions(5)[:1], np.ones((2, 3)), **args)
+
+
 def test_a_prior_only_chain_recovers_the_number_of_clusters_pmf():
     """Traced without data the chain samples the NGGP partition prior: P(K_N = k), E[K_N]."""
     params = dict(num_obs=10, dim=1, mass=2.0, sigma=0.5, tau=1.0)

@@ -58,16 +58,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.scipy.special import gammaln
+from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
 from numpyro.infer.mcmc import MCMCKernel
 
 from numpyro_bnp._checks import FixedOptions, is_concrete, model_function, nonnegative_int
 from numpyro_bnp._math import nggp_log_v, nggp_sample_log_u
 from numpyro_bnp.families import SparseCounts
+from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
 from numpyro_bnp.infer._mixture_model import read_mixture_model
 from numpyro_bnp.infer._model import trace_model
+from numpyro_bnp.infer._nrm_rows import check_documents
 
 __all__ = ["NGGPMarginalGibbs", "NGGPMarginalGibbsState"]
 
@@ -305,6 +307,30 @@ def _step(state, rows, family, cfg, to_sites):
     return _finish(family, rows, cfg, to_sites, labels, log_u, state.i + 1, saturated, key)
 
 
+def _log_predictive_draws(labels, rows, new, family, cfg):
+    """``(S, M)`` ``log p(x*_m | z_s, X)`` (:meth:`NGGPMarginalGibbs.log_predictive`)."""
+    dtype = family.dtype
+
+    def one(labels):
+        counts = jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1)
+        num = jnp.sum(counts > 0)
+        ks = jnp.stack([num, num + 1]).astype(dtype)
+        log_v = nggp_log_v(cfg.num_rows + 1, ks, cfg.mass, cfg.sigma, cfg.tau)[0].astype(dtype)
+        params = _cluster_params(family, rows, labels, cfg.capacity)
+        # the occupied clusters, then a new one (which needs no free slot)
+        log_w = jnp.where(counts > 0, _log_old(counts, cfg, dtype) + log_v[0], -jnp.inf)
+        log_w = jnp.append(log_w, log_v[1])
+
+        def row(x):
+            return jnp.append(
+                family.log_predictive(params, x), family.log_predictive(family.prior, x)
+            )
+
+        return logsumexp(jax.vmap(row)(new) + log_w, axis=-1) - logsumexp(log_w)
+
+    return lax.map(one, labels)
+
+
 def _check_width(most, width):
     if most > width:
         raise ValueError(
@@ -502,6 +528,42 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
     def postprocess_fn(self, model_args, model_kwargs):
         """The sampled site values plus the model's deterministic sites at them."""
         return with_deterministic(self._model, model_args, model_kwargs, engine=_ENGINE)
+
+    # ------------------------------------------------------------------ held-out rows
+    def log_predictive(self, samples, new_rows, *model_args, **model_kwargs):
+        r"""``(M,)`` Monte-Carlo estimate of the posterior predictive ``log p(x* | X)`` of each
+        new row: the average over the draws of the partition of its exact predictive given the
+        partition,
+
+        .. math::
+            p(x^* \mid z, X) = \sum_k (n_k - σ) \frac{V_{N+1,K}}{V_{N,K}}\, p(x^* \mid X_k)
+            + \frac{V_{N+1,K+1}}{V_{N,K}}\, p(x^* \mid H_0)
+
+        (the ratio of the EPPFs with and without the new row, Gibbs-type priors; the conjugate
+        predictives of the family; the weights sum to one by ``V_{N,K} = (N - Kσ) V_{N+1,K} +
+        V_{N+1,K+1}``).
+
+        :param samples: the run's samples (``mcmc.get_samples()``), or the labels ``(S, N)``.
+        :param new_rows: held-out rows ``(M, D)`` (documents: word counts, dense or
+            ``scipy.sparse``), checked as the model's observed site.
+        :param model_args, model_kwargs: the model's arguments of the run (its training data).
+        """
+        self._read(model_args, model_kwargs)
+        cfg, spec, family = self._cfg, self.spec, self._family
+        labels = samples[cfg.partition_site] if isinstance(samples, dict) else samples
+        labels = jnp.asarray(labels, jnp.int32).reshape(-1, cfg.num_rows)
+        rows = self._rows(model_args, model_kwargs)
+        if rows is None:
+            raise ValueError(f"{_ENGINE}.log_predictive needs the training data in the model")
+        if spec.obs_kind == "documents":
+            new = check_documents(new_rows, vocab=spec.dim, dtype=family.dtype, name="new_rows")
+        else:
+            new = streaming.check_batch(new_rows, dim=spec.dim, dtype=family.dtype, name="new_rows")
+            spec.check_observed(new, "new_rows")
+        scores = jax.jit(_log_predictive_draws, static_argnames="cfg")(
+            labels, rows, jax.tree.map(jnp.asarray, new), family, cfg
+        )
+        return np.asarray(logsumexp(scores, axis=0) - np.log(labels.shape[0]))
 
     def get_diagnostics_str(self, state):
         sat = ", SATURATED" if bool(np.any(state.saturated)) else ""
