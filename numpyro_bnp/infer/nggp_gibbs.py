@@ -123,10 +123,13 @@ def _row(rows, n):
 
 
 def _documents(x, width):
-    """Dense word counts ``(N, V)`` as :class:`SparseCounts` ``(N, width)`` (traceable):
-    the non-zero counts first, in vocabulary order."""
-    order = jnp.argsort(x == 0, axis=-1, stable=True)[:, :width]
-    return SparseCounts(order.astype(jnp.int32), jnp.take_along_axis(x, order, axis=-1))
+    """Dense word counts ``(N, V)`` as :class:`SparseCounts` ``(N, width)``: the non-zero
+    counts first, in vocabulary order. Concrete counts (the model's data, fixed when the run
+    compiles) are converted on the host: XLA would constant-fold the sort, for seconds."""
+    xp = np if is_concrete(x) else jnp
+    x = xp.asarray(x)
+    order = xp.argsort(x == 0, axis=-1, stable=True)[:, :width].astype(np.int32)
+    return SparseCounts(jnp.asarray(order), jnp.asarray(xp.take_along_axis(x, order, axis=-1)))
 
 
 def _canonical(labels, capacity):
@@ -476,7 +479,10 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         if self.spec.obs_kind != "documents":
             return x
         width = self._cfg.doc_width
-        jax.debug.callback(_check_width, jnp.max(jnp.sum(x != 0, axis=-1)), width)
+        if is_concrete(x):
+            _check_width(int(np.max(np.sum(np.asarray(x) != 0, axis=-1))), width)
+        else:
+            jax.debug.callback(_check_width, jnp.max(jnp.sum(x != 0, axis=-1)), width)
         return _documents(x, width)
 
     def _to_sites(self, labels, theta):
