@@ -64,15 +64,27 @@ def filt():
 def test_chunks_and_resume_give_the_states_of_one_row_at_a_time(filt, data, tmp_path):
     """The compiled chunk loop (refreshes once per group of rows) equals ``update`` row by row,
     for chunks that do not align with the refreshes, and a stream saved mid-way (buffer,
-    statistics and birth flags included) resumes bit for bit."""
+    statistics and birth flags included) resumes bit for bit.
+
+    Row by row and chunked are two compiled programs: their counts, flags and buffer indices
+    are equal, their floats to rounding (jax 0.12's XLA fuses them differently, last digits of
+    float64 differ); a resumed stream runs the same program and is compared bit for bit."""
+
+    def same(a, b, name):
+        a, b = np.asarray(a), np.asarray(b)
+        if np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
     state = filt.init(random.PRNGKey(0), **KWARGS)
     by_row, infos = jax.jit(lambda s: lax.scan(filt.update, s, data))(state)
     run = filt.run(random.PRNGKey(0), data, chunk_size=50, progress_bar=False, **KWARGS)
     assert isinstance(run.state, RIBPMemoState) and int(np.sum(run.state.born)) >= 4
     for name, a, b in zip(by_row._fields, by_row, run.state, strict=True):
-        np.testing.assert_array_equal(a, b, err_msg=name)
+        jax.tree.map(lambda u, v, name=name: same(u, v, name), a, b)
     for name, trace in run.traces.items():
-        np.testing.assert_array_equal(getattr(infos, name), trace, err_msg=name)
+        same(getattr(infos, name), trace, name)
 
     first = filt.run(random.PRNGKey(0), data[:77], chunk_size=50, progress_bar=False, **KWARGS)
     first.save(tmp_path / "state.npz")

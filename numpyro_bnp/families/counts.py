@@ -186,7 +186,7 @@ class DirichletMultinomial(ConjugateFamily):
         total = params.total.reshape(-1)
         for ids, counts, _ in _blocks(xs, self.dtype):
             entries = counts[:, :, None] * flat[:, None, :]  # (N, L, B)
-            delta = jnp.zeros(conc.shape[::-1], self.dtype)  # (V, B)
+            delta = jnp.zeros((conc.shape[-1], flat.shape[1]), self.dtype)  # (V, B)
             delta = delta.at[jnp.asarray(ids, jnp.int32).reshape(-1)].add(
                 entries.reshape(-1, flat.shape[1])
             )
