@@ -124,8 +124,7 @@ def _row(rows, n):
 
 def _documents(x, width):
     """Dense word counts ``(N, V)`` as :class:`SparseCounts` ``(N, width)``: the non-zero
-    counts first, in vocabulary order. Concrete counts (the model's data, fixed when the run
-    compiles) are converted on the host: XLA would constant-fold the sort, for seconds."""
+    counts first, in vocabulary order (concrete counts on the host)."""
     xp = np if is_concrete(x) else jnp
     x = xp.asarray(x)
     order = xp.argsort(x == 0, axis=-1, stable=True)[:, :width].astype(np.int32)
@@ -482,6 +481,9 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         if is_concrete(x):
             _check_width(int(np.max(np.sum(np.asarray(x) != 0, axis=-1))), width)
         else:
+            # counts that are a constant of the compiled program (numpyro's sample loop): the
+            # barrier keeps XLA from constant-folding their sort, for seconds per compile
+            x = lax.optimization_barrier(x)
             jax.debug.callback(_check_width, jnp.max(jnp.sum(x != 0, axis=-1)), width)
         return _documents(x, width)
 
