@@ -383,7 +383,9 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
     ``extra_fields``: ``num_clusters``, ``log_u``, ``log_joint``, ``log_likelihood``,
     ``co_clustered`` and ``saturated`` (:class:`NGGPMarginalGibbsState`). Chains start from a
     sequential pass (module docstring) or from ``init_params={partition site: labels (N,)}``
-    (any integer labels in ``[0, K)``).
+    (any integer labels in ``[0, K)``). Held-out rows: :meth:`log_predictive`. The mass, σ and
+    τ are the model's numbers (a prior on them is refused); the kernel is not a block of
+    ``numpyro.infer.Gibbs``.
 
     :param model: a NumPyro mixture model function of the form above.
     :param int num_pairs: how many fixed pairs of rows (NumPy seed 0) the ``co_clustered``
