@@ -143,6 +143,20 @@ def _canonical(labels, capacity):
     return jnp.argsort(order)[labels].astype(jnp.int32)
 
 
+def _slot_sizes(labels, capacity):
+    """``(K,)`` int32: the number of rows in each of the ``capacity`` slots."""
+    return jnp.zeros(capacity, jnp.int32).at[labels].add(1)
+
+
+def _log_new_weight(num_rows, num_clusters, cfg, dtype):
+    """``log V_{n,K+1} − log V_{n,K}``: the weight of a new cluster against the factor
+    ``(n_k − σ)`` of an existing one when an item joins ``K`` clusters of ``n − 1`` items (the
+    ratio of the EPPFs with and without it; Gibbs-type priors). ``K = 0``: any value."""
+    ks = jnp.stack([jnp.maximum(num_clusters, 1), num_clusters + 1]).astype(dtype)
+    log_v = nggp_log_v(jnp.asarray(num_rows, dtype), ks, cfg.mass, cfg.sigma, cfg.tau)[0]
+    return (log_v[1] - log_v[0]).astype(dtype)
+
+
 def _cluster_params(family, rows, labels, capacity):
     """Each slot's conjugate posterior given its rows (prior-only chains: the prior)."""
     prior = family.init_clusters(capacity)
@@ -227,7 +241,7 @@ def _finish(family, rows, cfg, to_sites, labels, log_u, i, saturated, key):
     """Canonical labels, the component draws and the diagnostics: the state after a sweep."""
     dtype = family.dtype
     labels = _canonical(labels, cfg.capacity)
-    counts = jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1)
+    counts = _slot_sizes(labels, cfg.capacity)
     params = _cluster_params(family, rows, labels, cfg.capacity)
     key, key_theta = random.split(key)
     log_lik = _log_likelihood(family, rows, params, counts)
@@ -254,7 +268,7 @@ def _sweep(family, rows, cfg, labels, key):
     """Steps 1 and 2 of the module docstring: ``(labels, log U, saturated)``."""
     dtype = family.dtype
     key_u, key_z = random.split(key)
-    counts = jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1)
+    counts = _slot_sizes(labels, cfg.capacity)
     num = jnp.sum(counts > 0)
     log_u = nggp_sample_log_u(key_u, cfg.num_rows, num, cfg.mass, cfg.sigma, cfg.tau)
     log_u = log_u.astype(dtype)
@@ -275,12 +289,9 @@ def _sequential(family, rows, cfg, key):
     dtype = family.dtype
     capacity = cfg.capacity
 
-    def weights(n, counts):
-        k = jnp.sum(counts > 0)
-        m = (n + 1).astype(dtype)  # rows after this one joins
-        ks = jnp.stack([jnp.maximum(k, 1), k + 1]).astype(dtype)
-        log_v = nggp_log_v(m, ks, cfg.mass, cfg.sigma, cfg.tau)[0].astype(dtype)
-        return log_v[1] - log_v[0], _log_old(counts, cfg, dtype)
+    def weights(n, counts):  # row n joins the partition of the n rows before it
+        log_new = _log_new_weight(n + 1, jnp.sum(counts > 0), cfg, dtype)
+        return log_new, _log_old(counts, cfg, dtype)
 
     labels = jnp.full(cfg.num_rows, -1, jnp.int32)
     counts = jnp.zeros(capacity, jnp.int32)
@@ -296,7 +307,7 @@ def _init_chain(key, rows, labels, family, cfg, to_sites):
         labels, saturated = _sequential(family, rows, cfg, key_z)
     else:
         saturated = jnp.zeros((), bool)
-    num = jnp.sum(jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1) > 0)
+    num = jnp.sum(_slot_sizes(labels, cfg.capacity) > 0)
     log_u = nggp_sample_log_u(key_u, cfg.num_rows, num, cfg.mass, cfg.sigma, cfg.tau)
     return _finish(family, rows, cfg, to_sites, labels, log_u, 0, saturated, key)
 
@@ -314,14 +325,12 @@ def _log_predictive_draws(labels, rows, new, family, cfg):
     dtype = family.dtype
 
     def one(labels):
-        counts = jnp.zeros(cfg.capacity, jnp.int32).at[labels].add(1)
-        num = jnp.sum(counts > 0)
-        ks = jnp.stack([num, num + 1]).astype(dtype)
-        log_v = nggp_log_v(cfg.num_rows + 1, ks, cfg.mass, cfg.sigma, cfg.tau)[0].astype(dtype)
+        counts = _slot_sizes(labels, cfg.capacity)
+        log_new = _log_new_weight(cfg.num_rows + 1, jnp.sum(counts > 0), cfg, dtype)
         params = _cluster_params(family, rows, labels, cfg.capacity)
         # the occupied clusters, then a new one (which needs no free slot)
-        log_w = jnp.where(counts > 0, _log_old(counts, cfg, dtype) + log_v[0], -jnp.inf)
-        log_w = jnp.append(log_w, log_v[1])
+        log_w = jnp.where(counts > 0, _log_old(counts, cfg, dtype), -jnp.inf)
+        log_w = jnp.append(log_w, log_new)
 
         def row(x):
             return jnp.append(
