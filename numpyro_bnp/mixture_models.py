@@ -225,9 +225,11 @@ def nggp_multinomial_mixture(
         theta = numpyro.sample("theta", dist.Dirichlet(jnp.full(vocab_size, concentration)))
     if doc_lengths is None:
         doc_lengths = 1 if obs is None else jnp.sum(jnp.asarray(obs), -1)
+    # the longest document from the host values: under Predictive's vmap a jnp value of
+    # concrete lengths is a tracer, and Multinomial cannot sample without total_count_max
+    longest = int(np.max(doc_lengths)) if is_concrete(doc_lengths) else None
     lengths = jnp.broadcast_to(jnp.asarray(doc_lengths), (num_obs,))
     _check(lambda n: (n >= 0) & (n == np.round(n)), "doc_lengths", "whole numbers >= 0", lengths)
-    longest = int(np.max(lengths)) if is_concrete(lengths) else None  # sampling under jit
     fn = dist.Multinomial(lengths, _of_cluster(theta, z), total_count_max=longest)
     return _observe(fn, obs, num_obs, vocab_size, "vocab_size")
 

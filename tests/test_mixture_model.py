@@ -412,6 +412,18 @@ def test_documents_drawn_from_the_prior_have_their_lengths():
         handlers.seed(model, 0)(counts[:, :-1], **kwargs)
 
 
+def test_documents_of_one_length_drawn_by_predictive():
+    # Predictive vmaps the model: the lengths must reach the Multinomial's total_count_max
+    # from the host value of a scalar doc_lengths (it raised before)
+    from numpyro.infer import Predictive
+
+    kwargs = dict(num_obs=N, vocab_size=V, doc_lengths=7, max_clusters=K, **NGGP_ARGS)
+    draws = Predictive(models.nggp_multinomial_mixture, num_samples=2)(
+        jax.random.PRNGKey(0), **kwargs
+    )
+    np.testing.assert_array_equal(np.asarray(draws["obs"]).sum(-1), np.full((2, N), 7))
+
+
 def test_a_partition_beyond_the_capacity_is_never_given_another_clusters_parameters():
     labels = np.array([0, 1, 2, 3, 4, 0, 1, 2, 3, 4])  # five clusters, K = 4
     model = handlers.seed(handlers.substitute(models.nggp_normal_mixture, data={"z": labels}), 0)

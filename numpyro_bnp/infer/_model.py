@@ -130,7 +130,11 @@ def trace_model(model, model_args, model_kwargs, engine, *, seed=True):
     watched = _LastSite(model)
     fn = handlers.seed(watched, rng_seed=0) if seed else watched
     try:
-        return handlers.trace(fn).get_trace(*model_args, **(model_kwargs or {}))
+        # The readers check the model's traced values against their own products (a mean
+        # ``Z @ A``, say). A GPU multiplies float32 matrices in TF32 (about three decimal
+        # digits) at JAX's default precision, which failed that check on an H200.
+        with jax.default_matmul_precision("highest"):
+            return handlers.trace(fn).get_trace(*model_args, **(model_kwargs or {}))
     except Exception as err:
         where = f"after its site {watched.last!r}" if watched.last else "before its first site"
         err.add_note(f"raised inside the model while {engine} was tracing it ({where})")
