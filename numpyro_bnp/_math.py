@@ -21,6 +21,7 @@ __all__ = [
     "log_upper_gamma_neg",
     "logit",
     "nggp_log_new_weight",
+    "nggp_log_u_density",
     "nggp_log_v",
     "nggp_sample_log_u",
     "normal_kl",
@@ -199,7 +200,7 @@ def _ggp_psi_log_u(x, mass, sigma, log_tau):
     return mass * jnp.exp(sigma * log_t) * g, log_t, w, one_minus_w
 
 
-def _u_log_density(x, n, k, log_mass, sigma, log_tau):
+def nggp_log_u_density(x, n, k, log_mass, sigma, log_tau):
     r"""``g(x) = n x + (kσ - n) log(e^x + τ) - ψ(e^x)`` and its first two derivatives in ``x``.
 
     ``exp(g)`` is the joint density of ``(z, log U_n)`` up to ``a^k / Γ(n)`` (James, Lijoi &
@@ -376,7 +377,7 @@ def _nggp_log_v_mode(n, k, mass, sigma, tau, *, num_nodes, mode_guess=None):
     stable = (k - 1.0) * jnp.log(safe_sigma) + gammaln(k) - gammaln(n)
 
     def fun(x):
-        return _u_log_density(x, n, k, log_mass, sigma, 0.0)
+        return nggp_log_u_density(x, n, k, log_mass, sigma, 0.0)
 
     if mode_guess is None:
         lo = jnp.full(n.shape, -_BRACKET, dtype)
@@ -456,7 +457,7 @@ def nggp_log_new_weight(m, k_bar, mass, sigma, tau, *, mode="log"):
     shift = 0.0 if mode == "log" else 1.0
 
     def fun(x):
-        _, d1, d2 = _u_log_density(x, m, k_bar, log_mass, sigma, 0.0)
+        _, d1, d2 = nggp_log_u_density(x, m, k_bar, log_mass, sigma, 0.0)
         return d1 - shift, d2
 
     lo, hi = jnp.asarray(-_BRACKET, dtype), jnp.asarray(_BRACKET, dtype)
@@ -496,7 +497,7 @@ def nggp_sample_log_u(key, n, k, mass, sigma, tau):
     ) / safe_sigma
 
     def fun(x):
-        return _u_log_density(x, n, k, log_mass, sigma, 0.0)
+        return nggp_log_u_density(x, n, k, log_mass, sigma, 0.0)
 
     x_mode = _concave_mode(fun, -_BRACKET, _BRACKET)
     scaled = _concave_envelope_sample(key_general, fun, x_mode)

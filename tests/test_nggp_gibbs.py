@@ -179,7 +179,9 @@ def test_geweke():
     kernel = NGGPMarginalGibbs(model)
     x0 = jnp.zeros((4, 1))
     state = kernel.init(random.split(random.PRNGKey(0), 8), 0, None, (), dict(obs=x0, **params))
-    step = jax.vmap(lambda s, x: _step(s, x, kernel._family, kernel._cfg, kernel._to_sites), (0, 0))
+    numbers = kernel._numbers((), dict(obs=x0, **params))  # the NGGP and family: fixed
+    fixed = (kernel._family, kernel._cfg, kernel._to_sites, numbers)
+    step = jax.vmap(lambda s, x: _step(s, x, *fixed), (0, 0))
     sigma_mu, sigma_o = params["sigma_mu"], params["sigma_o"]
 
     def one(carry, key):

@@ -6,16 +6,22 @@
 * :func:`with_deterministic` — the ``postprocess_fn`` of a kernel whose sample field holds the
   model's site values: the model's ``numpyro.deterministic`` sites are recomputed from them, so
   ``mcmc.get_samples()`` returns them as it does for NUTS.
+* :func:`slice_sample` — one univariate slice-sampling update (Neal 2003), the exact update of a
+  continuous scalar whose conditional has no closed form.
 """
 
 import jax
 import jax.numpy as jnp
+from jax import lax, random
 from numpyro import handlers
 from numpyro.util import is_prng_key
 
 from numpyro_bnp.infer._model import trace_model
 
-__all__ = ["chains_batched", "over_chains", "with_deterministic"]
+__all__ = ["chains_batched", "over_chains", "slice_sample", "with_deterministic"]
+
+SLICE_MAX_STEPS = 32  # stepping-out limit per side (exact for any limit, Neal 2003 §4.1)
+SLICE_MAX_SHRINK = 100  # shrinkage halves the bracket around the current point: never reached
 
 
 def chains_batched(rng_key, engine):
@@ -61,3 +67,45 @@ def with_deterministic(model, model_args, model_kwargs, fn=None, *, engine="the 
         return out
 
     return postprocess
+
+
+def slice_sample(key, x0, log_density, width, max_steps=SLICE_MAX_STEPS):
+    """One univariate slice-sampling update of the scalar ``x0`` (Neal, *Slice sampling*, Ann.
+    Statist. 2003: stepping out, Fig. 3, then shrinkage, Fig. 5), which leaves the density
+    ``∝ exp(log_density(x))`` invariant for any ``width > 0``.
+
+    Written as one ``while_loop`` over phases (0: step the left end out, 1: the right end, 2:
+    shrink) so that ``log_density`` is traced twice, not once per loop. The stepping-out budget
+    ``max_steps`` is split at random between the ends, which keeps the update exact (Neal 2003
+    §4.1); the shrinkage always ends (the bracket closes in on ``x0``), ``SLICE_MAX_SHRINK`` only
+    bounds the loop against rounding. A point where ``log_density`` is NaN is outside the slice.
+    """
+    k_y, k_u, k_j, k_loop = random.split(key, 4)
+    log_y = log_density(x0) - random.exponential(k_y, dtype=x0.dtype)
+    lo = x0 - width * random.uniform(k_u, dtype=x0.dtype)
+    steps_left = jnp.floor(max_steps * random.uniform(k_j)).astype(jnp.int32)
+
+    def body(c):
+        phase, lo, hi, n_lo, n_hi, _, key, it = c
+        key, sub = random.split(key)
+        trial = lo + (hi - lo) * random.uniform(sub, dtype=x0.dtype)
+        point = jnp.where(phase == 0, lo, jnp.where(phase == 1, hi, trial))
+        inside = log_density(point) > log_y
+        grow_lo = (phase == 0) & inside & (n_lo > 0)
+        grow_hi = (phase == 1) & inside & (n_hi > 0)
+        shrink = (phase == 2) & ~inside
+        lo = jnp.where(grow_lo, lo - width, jnp.where(shrink & (trial < x0), trial, lo))
+        hi = jnp.where(grow_hi, hi + width, jnp.where(shrink & (trial >= x0), trial, hi))
+        phase = jnp.where(
+            phase == 0,
+            jnp.where(grow_lo, 0, 1),
+            jnp.where(phase == 1, jnp.where(grow_hi, 1, 2), jnp.where(inside, 3, 2)),
+        )
+        return phase, lo, hi, n_lo - grow_lo, n_hi - grow_hi, trial, key, it + 1
+
+    init = (0, lo, lo + width, steps_left, max_steps - 1 - steps_left, x0, k_loop, 0)
+    init = tuple(jnp.asarray(v) for v in init)
+    phase, *_, x, _, _ = lax.while_loop(
+        lambda c: (c[0] < 3) & (c[7] < 2 * max_steps + SLICE_MAX_SHRINK), body, init
+    )
+    return jnp.where(phase == 3, x, x0)

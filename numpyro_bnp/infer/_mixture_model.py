@@ -10,8 +10,12 @@ A mixture model needs
   - ``"nggp"``, a normalized generalized gamma process (NGGP) partition prior (Tank, Foti & Fox,
     AISTATS 2015; Favaro & Teh, Stat. Sci. 2013): exactly one latent sample site whose
     distribution is an :class:`~numpyro_bnp.distributions.NGGP` with batch shape ``()``; its
-    value is the labels ``z`` ``(N,)``. Its ``mass``, ``sigma`` and ``tau`` are read as numbers
-    (a prior on them is not supported yet);
+    value is the labels ``z`` ``(N,)``. Its ``mass``, ``sigma`` and ``tau`` are read as numbers;
+    for an engine that learns them (``hyper=True``, :class:`~numpyro_bnp.infer.NGGPMarginalGibbs`)
+    they may be set by **hyper-parameter sites**: scalar latent sites whose value sets only the
+    NGGP's parameters (or another such site's prior), found by tracing the model again with the
+    site at another value and every other latent site held; :meth:`MixtureModel.numbers` reads
+    the model at any values of them;
   - ``"stick_breaking"``, the truncated stick-breaking of a Dirichlet process (Ishwaran & James,
     JASA 2001; Blei & Jordan, Bayesian Analysis 2006), in a model without an NGGP site: exactly
     one latent ``Categorical`` site of batch shape ``(N,)`` (the labels) whose ``probs`` are, at
@@ -59,16 +63,25 @@ then ``(K - 1 - n) mod K`` for row ``n``, which give neighbouring rows different
 row 0 the last one, so that an observed parameter that does not follow the labels (``theta[0]``
 for every row, ``mu[z] + 1``) differs from the component indexed by the labels and is refused;
 the components and the sticks take fixed points of their supports.
+
+As a block of :class:`numpyro.infer.Gibbs` the model is conditioned on the sites of the other
+blocks (``model_kwargs["_gibbs_sites"]``): those sites are set aside, and the components' prior,
+the noise and the NGGP's parameters may depend on them (:meth:`MixtureModel.numbers` reads them
+at any values, inside a compiled step).
 """
 
+import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
 from numpyro_bnp._checks import is_concrete, observed_array
 from numpyro_bnp._math import stick_breaking_weights
@@ -83,9 +96,15 @@ from numpyro_bnp.families import (
     NormalNormal,
     NormalWishart,
 )
-from numpyro_bnp.infer._model import TracedSites, observed_site, sites_of, unwrap
+from numpyro_bnp.infer._model import TracedSites, observed_site, sites_of, trace_model, unwrap
 
-__all__ = ["PARTITIONS", "SUPPORTED_PAIRS", "MixtureModel", "read_mixture_model"]
+__all__ = [
+    "PARTITIONS",
+    "SUPPORTED_PAIRS",
+    "MixtureModel",
+    "MixtureNumbers",
+    "read_mixture_model",
+]
 
 #: the partition kinds a mixture engine may take (``read_mixture_model(partitions=...)``): what
 #: the partition site is, and which engines fit such models
@@ -141,6 +160,14 @@ class MixtureModel:
     :ivar partition_kind: ``"nggp"`` or ``"stick_breaking"`` (:data:`PARTITIONS`).
     :ivar sticks_site: the name of the sticks site ``(T - 1,)`` of a stick-breaking model, else
         ``None``.
+    :ivar hyper_sites: the NGGP's hyper-parameter sites (``read_mixture_model(hyper=True)``):
+        scalar latent sites that set only the NGGP's mass, sigma or tau, or the prior of another
+        such site; their values at the trace are in ``held``.
+    :ivar conjugate_mass: the hyper-parameter site that is the NGGP's mass itself, has a
+        ``Gamma`` prior and sets nothing else (its update is conjugate), else ``None``.
+    :ivar held: the traced value of every latent site (the stand-ins of the reader), which
+        :meth:`numbers` holds while it reads the model at other values.
+    :ivar given: the sites conditioned by the other blocks of a ``numpyro.infer.Gibbs``.
     """
 
     model: object
@@ -162,6 +189,39 @@ class MixtureModel:
     engine: str = "this engine"
     partition_kind: str = "nggp"
     sticks_site: str | None = None
+    hyper_sites: tuple = ()
+    conjugate_mass: str | None = None
+    held: dict | None = None
+    given: tuple = ()
+
+    def numbers(self, values=None, model_args=None, model_kwargs=None):
+        """The NGGP's parameters, the hyper-parameter sites' priors and the family of the model
+        with its hyper-parameter sites at ``values`` (``{site: scalar}``, the rest of
+        :attr:`hyper_sites` at their traced values) and every other latent site held
+        (:attr:`held`): a :class:`MixtureNumbers`.
+
+        ``model_args`` / ``model_kwargs`` default to those of the read; as a block of
+        :class:`numpyro.infer.Gibbs` they carry the other blocks' values, on which the NGGP's
+        parameters, the components' prior and the noise may depend. Pure and traceable.
+        """
+        args = self.model_args if model_args is None else model_args
+        kwargs = self.model_kwargs if model_kwargs is None else model_kwargs
+        data = {**self.held, **(values or {})}
+        model = handlers.substitute(self.model, data=data)
+        # values that do not depend on the arguments' tracers are numbers, as when read (a
+        # model may check them on the host, e.g. its labels against its capacity)
+        with jax.ensure_compile_time_eval():
+            tr = trace_model(model, args, kwargs, f"{self.engine} (reading its numbers)")
+        nggp = unwrap(tr[self.partition_site]["fn"])
+        priors = {name: tr[name]["fn"] for name in self.hyper_sites}
+        dtype = jnp.result_type(nggp.mass)
+        log_prior = jnp.zeros((), dtype)
+        for name, prior in priors.items():
+            log_prior = log_prior + jnp.sum(prior.log_prob(data[name]))
+        components = [tr[name] for name in self.component_sites]
+        obs_fn = unwrap(tr[self.obs_site]["fn"])
+        family = _family_of(type(self.family), components, obs_fn, self.num_rows, self.family.dtype)
+        return MixtureNumbers(nggp.mass, nggp.sigma, nggp.tau, log_prior, priors, family)
 
     def check_observed(self, values, name):
         """Raise ``ValueError`` naming ``name`` unless ``values`` ``(n, D)`` are finite rows in
@@ -201,6 +261,23 @@ class MixtureModel:
             return {precision_site: values.precision, mean_site: values.loc}
         (site,) = self.component_sites
         return {site: values}
+
+
+class MixtureNumbers(NamedTuple):
+    """The numbers of a mixture model at given site values (:meth:`MixtureModel.numbers`).
+
+    :ivar mass, sigma, tau: the NGGP's parameters (scalars).
+    :ivar log_prior: ``Σ log p(h)`` of the hyper-parameter sites at the values.
+    :ivar priors: ``{hyper-parameter site: its distribution}`` at the values.
+    :ivar family: the components' conjugate family.
+    """
+
+    mass: jnp.ndarray
+    sigma: jnp.ndarray
+    tau: jnp.ndarray
+    log_prior: jnp.ndarray
+    priors: dict
+    family: ConjugateFamily
 
 
 def _stand_in(labels):
@@ -314,8 +391,9 @@ def _not_a_prior(read, latent, value, what, unsupported):
             )
 
 
-def _nggp_params(read, partition, latent):
-    """The NGGP's ``(mass, sigma, tau)`` as host floats."""
+def _nggp_params(read, partition, latent, check_priors=True):
+    """The NGGP's ``(mass, sigma, tau)`` as host floats (at the traced values of its
+    hyper-parameter sites, which ``check_priors=False`` lets set them)."""
     fn = unwrap(partition["fn"])
     if partition["fn"] is not fn or fn.batch_shape != ():
         read.fail(
@@ -334,9 +412,134 @@ def _nggp_params(read, partition, latent):
                 "value (a prior on mass, sigma or tau is not supported yet)"
             )
         params[name] = float(value)
-        unsupported = "a prior on the NGGP's mass, sigma or tau"
-        _not_a_prior(read, latent, params[name], f"the NGGP's {name}", unsupported)
+        if check_priors:
+            unsupported = "a prior on the NGGP's mass, sigma or tau (NGGPMarginalGibbs learns it)"
+            _not_a_prior(read, latent, params[name], f"the NGGP's {name}", unsupported)
     return params
+
+
+#: the points of the unconstrained line at which a hyper-parameter site's values are checked
+_PROBES = (-12.0, 12.0)  # both ends: e^{∓12}, sigmoid(∓12), ... (and the traced value)
+_NGGP_PARAMS = {"mass": "finite and > 0", "sigma": "in [0, 1)", "tau": "finite and >= 0"}
+
+
+def _nggp_readings(sites, partition, obs, held):
+    """What a hyper-parameter site may set, read from a trace: the NGGP's parameters and the
+    log density of every other site at its held (or observed) value."""
+    out = {}
+    with jax.ensure_compile_time_eval(), warnings.catch_warnings():
+        # data not yet checked (check_observed) may lie outside the support: compared, not used
+        warnings.simplefilter("ignore", UserWarning)
+        for s in sites:
+            if s["name"] == partition:
+                fn = unwrap(s["fn"])
+                for p in _NGGP_PARAMS:
+                    out[f"the NGGP's {p}"] = np.asarray(getattr(fn, p), np.float64)
+                continue
+            value = s["value"] if s["is_observed"] else held[s["name"]]
+            what = "the observed site" if s["name"] == obs else f"the prior of {s['name']!r}"
+            out[what] = np.asarray(jnp.sum(s["fn"].log_prob(value)), np.float64)
+    return out
+
+
+def _values_at(sites, point):
+    """``{name: value}``: the scalar ``sites`` at the point ``point`` of their unconstrained
+    lines."""
+    return {
+        s["name"]: biject_to(s["fn"].support)(jnp.asarray(point, jnp.result_type(s["value"])))
+        for s in sites
+    }
+
+
+def _problem_at(retrace, sites, point, partition):
+    """What goes wrong with the scalar ``sites`` at the point ``point`` of their unconstrained
+    lines (``retrace(data)`` traces the model): ``None``, the model's error, or the NGGP's
+    parameters that are not valid there."""
+    values = _values_at(sites, point)
+    try:
+        traced = retrace(values)
+    except ValueError as err:
+        return f"the model fails: {err}"
+    nggp = unwrap(next(s for s in traced if s["name"] == partition)["fn"])
+    got = {p: float(getattr(nggp, p)) for p in _NGGP_PARAMS}
+    ok = {
+        "mass": np.isfinite(got["mass"]) and got["mass"] > 0,
+        "sigma": 0 <= got["sigma"] < 1,
+        "tau": np.isfinite(got["tau"]) and got["tau"] >= 0,
+    }
+    bad = [f"the NGGP's {p} is {got[p]!r} (must be {_NGGP_PARAMS[p]})" for p in got if not ok[p]]
+    return "; ".join(bad) or None
+
+
+def _hyper_sites(read, partition, obs, scalar, retrace):
+    """``(hyper-parameter sites, conjugate mass site or None)`` among the ``scalar`` latent
+    sites: each is traced again at another value, every other latent site held
+    (``retrace(data)`` gives the sample sites), and must set only the NGGP's parameters or
+    another such site's prior; the NGGP's parameters must be valid over the sites' supports
+    (checked at both ends, :data:`_PROBES`, of their unconstrained lines). Fails naming the
+    site."""
+    name_of = partition["name"]
+    held = {s["name"]: s["value"] for s in read.sites if not s["is_observed"]}
+    names = [s["name"] for s in scalar]
+    allowed = {f"the NGGP's {p}" for p in _NGGP_PARAMS} | {f"the prior of {n!r}" for n in names}
+    base = _nggp_readings(read.sites, name_of, obs["name"], held)
+    conjugate = None
+    for site in scalar:
+        name, fn = site["name"], site["fn"]
+        if fn.support.is_discrete:
+            kind = type(unwrap(fn)).__name__
+            read.reject(f"the hyper-parameter site {name!r} ({kind}) must be continuous")
+        free = np.asarray(biject_to(fn.support).inv(site["value"]), np.float64)
+        other = _values_at([site], free + 0.5)
+        try:
+            sites = retrace(other)
+        except ValueError as err:
+            read.reject(
+                f"the hyper-parameter site {name!r} at {float(other[name])!r}, a point of its "
+                f"support, makes the model fail: {err}"
+            )
+        moved = _nggp_readings(sites, name_of, obs["name"], held)
+        changed = [
+            what
+            for what in base
+            if what != f"the prior of {name!r}"
+            and not np.allclose(base[what], moved[what], rtol=1e-9, atol=0.0, equal_nan=True)
+        ]
+        bad = [w for w in changed if w not in allowed]
+        if bad:
+            read.reject(
+                f"the latent site {name!r} sets {', '.join(bad)}; {read.engine} learns the "
+                "sites that set only the NGGP's mass, sigma or tau (or the prior of such a "
+                f"site): sample {name!r} in another block of numpyro.infer.Gibbs, e.g. "
+                f"(NUTS(model), [{name!r}]), with {read.engine} on the partition and the "
+                "component sites"
+            )
+        is_mass = all(
+            np.isclose(np.asarray(mass), np.asarray(value, np.float64), rtol=1e-6)
+            for mass, value in (
+                (base["the NGGP's mass"], site["value"]),
+                (moved["the NGGP's mass"], other[name]),
+            )
+        )
+        if is_mass and changed == ["the NGGP's mass"] and isinstance(fn, dist.Gamma):
+            conjugate = name
+    for point in _PROBES:  # all sites at once; one by one to name the culprit
+        if _problem_at(retrace, scalar, point, name_of) is None:
+            continue
+        for group in [*[[s] for s in scalar], scalar]:
+            problem = _problem_at(retrace, group, point, name_of)
+            if problem is not None:
+                where = ", ".join(
+                    f"{s['name']!r} ({type(unwrap(s['fn'])).__name__} prior, support "
+                    f"{s['fn'].support}) at {float(v)!r}"
+                    for s, v in zip(group, _values_at(group, point).values(), strict=True)
+                )
+                read.reject(
+                    f"at the hyper-parameter site {where}, a point of its support, {problem}; "
+                    f"give {' and '.join(repr(s['name']) for s in group)} a prior whose "
+                    "support fits"
+                )
+    return tuple(names), conjugate
 
 
 def _stick_breaking(read, labels, latent, num_clusters):
@@ -406,7 +609,7 @@ def _stick_breaking(read, labels, latent, num_clusters):
     return site, float(alpha[0])
 
 
-def _components(read, latent, num_clusters):
+def _components(read, latent, num_clusters, learns_hyper=False):
     """Check every latent site is a component in the clusters plate (batch shape ``(K,)``)."""
     if not latent:
         read.fail(
@@ -422,6 +625,13 @@ def _components(read, latent, num_clusters):
                 if batch == ()
                 else " (declare the axes after the clusters an event with .to_event)"
             )
+            if learns_hyper:
+                hint = (
+                    " (outside the clusters plate: sample it in another block of "
+                    "numpyro.infer.Gibbs, e.g. with NUTS)"
+                    if batch == ()
+                    else hint
+                )
             read.fail(
                 f"every latent site other than the partition to be a component in a "
                 f"numpyro.plate over the K={num_clusters} clusters, of batch shape "
@@ -562,8 +772,7 @@ def _known_noise(read, obs, base, mu, dtype):
             f"a known noise at the observed site {obs['name']!r}, the same for all rows (the "
             f"Normal-Normal pair of the component {mu['name']!r}); its {kind} varies over rows"
         )
-    noise = {kind: np.asarray(noise[0], dtype)}
-    return _from_prior(read, [mu["name"]], NormalNormal.from_prior, mu["fn"], **noise)
+    return _from_prior(read, [mu["name"]], _family_of, NormalNormal, [mu], base, rows[0], dtype)
 
 
 def _mean_prior(read, mu, num_clusters, dim, form):
@@ -583,15 +792,9 @@ def _normal_gamma(read, lam, mu, dtype):
     kappa = 1 / (scale**2 * precision)
     if not (np.isfinite(kappa).all() and _same_for_all(kappa)):
         read.fail(f"the mean site {mu['name']!r} to be {form} with one kappa0 for all clusters")
-    loc = _mean_prior(read, mu, num_clusters, dim, form)
-    return _from_prior(
-        read,
-        [lam["name"], mu["name"]],
-        NormalGamma.from_prior,
-        lam["fn"],
-        loc=np.asarray(loc, dtype),
-        kappa=np.asarray(kappa[0], dtype),
-    )
+    _mean_prior(read, mu, num_clusters, dim, form)
+    sites = [lam["name"], mu["name"]]
+    return _from_prior(read, sites, _family_of, NormalGamma, [lam, mu], None, None, dtype)
 
 
 def _normal_wishart(read, prec, mu, dtype):
@@ -606,19 +809,57 @@ def _normal_wishart(read, prec, mu, dtype):
     proportional = _first_bad_row(mean_precision, kappa[:, None, None] * precision) is None
     if not (proportional and _same_for_all(kappa) and kappa[0] > 0):
         read.fail(f"the mean site {mu['name']!r} to be {form} with one kappa0 > 0 for all clusters")
-    loc = _mean_prior(read, mu, num_clusters, dim, form)
-    return _from_prior(
-        read,
-        [prec["name"], mu["name"]],
-        NormalWishart.from_prior,
-        prec["fn"],
-        loc=np.asarray(loc, dtype),
-        kappa=np.asarray(kappa[0], dtype),
-    )
+    _mean_prior(read, mu, num_clusters, dim, form)
+    sites = [prec["name"], mu["name"]]
+    return _from_prior(read, sites, _family_of, NormalWishart, [prec, mu], None, None, dtype)
+
+
+def _family_of(kind, components, obs_fn, num_rows, dtype):
+    """The conjugate family ``kind`` of the component sites ``components`` (site dicts: their
+    distributions at their values) and the unwrapped observed distribution ``obs_fn`` of
+    ``num_rows`` rows, in ``dtype``: the known noise of the first row, the Normal-Gamma and
+    Normal-Wishart ``kappa0`` and ``m0`` of the first cluster (the reader checks first that all
+    rows and clusters agree). On concrete values in float64 NumPy, then cast; traceable (a
+    Gibbs block reads the family of the model conditioned on the other blocks' sites)."""
+    leaves = [components[0]["value"], *jax.tree.leaves(unwrap(components[-1]["fn"]))]
+    if obs_fn is not None:
+        leaves += jax.tree.leaves(obs_fn)
+    xp, real = (np, np.float64) if is_concrete(*leaves) else (jnp, dtype)
+
+    def first(value, shape):  # the first row / cluster of a parameter broadcast to ``shape``
+        return xp.asarray(xp.broadcast_to(xp.asarray(value, real), shape)[0], dtype)
+
+    if kind in (DirichletMultinomial, GammaPoisson, BetaBernoulli):
+        return kind.from_prior(components[0]["fn"])
+    if kind is NormalNormal:
+        (mu,) = components
+        dim = mu["fn"].event_shape[-1]
+        if isinstance(obs_fn, dist.Normal):
+            return kind.from_prior(mu["fn"], noise_scale=first(obs_fn.scale, (num_rows, dim)))
+        cov = first(obs_fn.covariance_matrix, (num_rows, dim, dim))
+        return kind.from_prior(mu["fn"], noise_covariance=cov)
+    prec, mu = components
+    precision = xp.asarray(prec["value"], real)
+    mean = unwrap(mu["fn"])
+    loc = first(mean.loc, precision.shape[:2])
+    if kind is NormalGamma:
+        kappa = 1 / (
+            xp.broadcast_to(xp.asarray(mean.scale, real), precision.shape) ** 2 * precision
+        )
+        return kind.from_prior(prec["fn"], loc=loc, kappa=xp.asarray(kappa[0], dtype))
+    mean_precision = xp.broadcast_to(xp.asarray(mean.precision_matrix, real), precision.shape)
+    kappa = xp.trace(mean_precision[0]) / xp.trace(precision[0])
+    return kind.from_prior(prec["fn"], loc=loc, kappa=xp.asarray(kappa, dtype))
 
 
 def read_mixture_model(
-    model, model_args=(), model_kwargs=None, engine="this engine", *, partitions=("nggp",)
+    model,
+    model_args=(),
+    model_kwargs=None,
+    engine="this engine",
+    *,
+    partitions=("nggp",),
+    hyper=False,
 ):
     """Trace ``model(*model_args, **model_kwargs)`` and locate its mixture-model sites.
 
@@ -627,6 +868,8 @@ def read_mixture_model(
     :param str engine: the engine's name, used in error messages.
     :param tuple partitions: the partition kinds the engine takes, keys of :data:`PARTITIONS`:
         ``("nggp",)`` (the NGGP engines) or ``("nggp", "stick_breaking")``.
+    :param bool hyper: whether the engine learns the NGGP's hyper-parameter sites (module
+        docstring): scalar latent sites that set only the NGGP's mass, sigma or tau.
     :return: a :class:`MixtureModel`.
     :raises ValueError: naming what was expected and listing the sites found (no partition site
         or two, a partition of a kind the engine does not take, labels whose probs are not the
@@ -636,9 +879,14 @@ def read_mixture_model(
     """
     partitions = _partition_kinds(partitions)
     model_kwargs = dict(model_kwargs or {})
+    # sites of the other blocks of a Gibbs composite arrive conditioned: they are parameters here
+    given = tuple(sorted(model_kwargs.get(GIBBS_SITES_KWARG, {})))
 
-    def trace(labels):
-        return TracedSites(model, model_args, model_kwargs, engine, substitute_fn=_stand_in(labels))
+    def trace(labels, data=None):
+        traced = model if data is None else handlers.substitute(model, data=data)
+        return TracedSites(
+            traced, model_args, model_kwargs, engine, substitute_fn=_stand_in(labels), given=given
+        )
 
     # first pass, every row in cluster 0: the capacity K of the components, the number of
     # categories of stick-breaking labels
@@ -655,14 +903,23 @@ def read_mixture_model(
 
     read = trace(spread)
     kind, partition, obs, latent = _roles(read, partitions)
-    sticks = None
-    if kind == "nggp":
+    sticks, hyper_sites, conjugate = None, (), None
+    held = {s["name"]: s["value"] for s in read.sites if not s["is_observed"]}
+    if kind == "nggp" and hyper:
+        scalar = [s for s in latent if s["fn"].batch_shape == () and s["fn"].event_shape == ()]
+        if scalar:
+            hyper_sites, conjugate = _hyper_sites(
+                read, partition, obs, scalar, lambda data: trace(spread, {**held, **data}).sites
+            )
+        latent = [s for s in latent if s["name"] not in hyper_sites]
+        params = _nggp_params(read, partition, latent, check_priors=False)
+    elif kind == "nggp":
         params = _nggp_params(read, partition, latent)
     else:
         sticks, mass = _stick_breaking(read, partition, latent, num_clusters)
         latent = [s for s in latent if s is not sticks]
         params = dict(mass=mass, sigma=0.0, tau=1.0)
-    _components(read, latent, num_clusters)
+    _components(read, latent, num_clusters, learns_hyper=hyper)
     family, component_sites, obs_kind = _conjugate(read, partition, latent, obs)
     num_rows, dim = np.shape(obs["value"])
     return MixtureModel(
@@ -682,5 +939,9 @@ def read_mixture_model(
         engine=engine,
         partition_kind=kind,
         sticks_site=None if sticks is None else sticks["name"],
+        hyper_sites=tuple(hyper_sites),
+        conjugate_mass=conjugate,
+        held=held,
+        given=given,
         **params,
     )

@@ -74,15 +74,18 @@ from numpyro_bnp.infer._linear_gaussian import (
     predictive_log_density,
     sample_feature_posterior,
 )
-from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
+from numpyro_bnp.infer._mcmc import (
+    chains_batched,
+    over_chains,
+    slice_sample,
+    with_deterministic,
+)
 from numpyro_bnp.infer._restricted_model import read_restricted_feature_model
 
 __all__ = ["RestrictedIBPGibbs", "RestrictedIBPGibbsState"]
 
 _LOGIT_WIDTH = 4.0  # slice width for logit π_k (posterior sd ~ 1/sqrt(m_k); prior tails ~ K/α)
 _TILT_WIDTH = 1.0
-_MAX_STEPS = 32  # stepping-out limit per side (exact for any limit, Neal 2003 §4.1)
-_MAX_SHRINK = 100  # shrinkage halves the bracket around the current point: never reached
 
 
 class RestrictedIBPGibbsState(NamedTuple):
@@ -112,46 +115,6 @@ class RestrictedIBPGibbsState(NamedTuple):
 
 
 # ---------------------------------------------------------------------------- small pieces
-def _slice_sample(key, x0, log_density, width):
-    """One univariate slice-sampling update of ``x0`` (Neal 2003: stepping out, then shrinkage).
-
-    Written as one ``while_loop`` over phases (0: step the left end out, 1: the right end, 2:
-    shrink) so that ``log_density`` is traced twice, not once per loop. The stepping-out budget
-    ``_MAX_STEPS`` is split at random between the ends, which keeps the update exact (Neal 2003
-    §4.1); the shrinkage always ends (the bracket closes in on ``x0``), ``_MAX_SHRINK`` only bounds
-    the loop against rounding.
-    """
-    k_y, k_u, k_j, k_loop = random.split(key, 4)
-    log_y = log_density(x0) - random.exponential(k_y, dtype=x0.dtype)
-    lo = x0 - width * random.uniform(k_u, dtype=x0.dtype)
-    steps_left = jnp.floor(_MAX_STEPS * random.uniform(k_j)).astype(jnp.int32)
-
-    def body(c):
-        phase, lo, hi, n_lo, n_hi, _, key, it = c
-        key, sub = random.split(key)
-        trial = lo + (hi - lo) * random.uniform(sub, dtype=x0.dtype)
-        point = jnp.where(phase == 0, lo, jnp.where(phase == 1, hi, trial))
-        inside = log_density(point) > log_y
-        grow_lo = (phase == 0) & inside & (n_lo > 0)
-        grow_hi = (phase == 1) & inside & (n_hi > 0)
-        shrink = (phase == 2) & ~inside
-        lo = jnp.where(grow_lo, lo - width, jnp.where(shrink & (trial < x0), trial, lo))
-        hi = jnp.where(grow_hi, hi + width, jnp.where(shrink & (trial >= x0), trial, hi))
-        phase = jnp.where(
-            phase == 0,
-            jnp.where(grow_lo, 0, 1),
-            jnp.where(phase == 1, jnp.where(grow_hi, 1, 2), jnp.where(inside, 3, 2)),
-        )
-        return phase, lo, hi, n_lo - grow_lo, n_hi - grow_hi, trial, key, it + 1
-
-    init = (0, lo, lo + width, steps_left, _MAX_STEPS - 1 - steps_left, x0, k_loop, 0)
-    init = tuple(jnp.asarray(v) for v in init)
-    phase, *_, x, _, _ = lax.while_loop(
-        lambda c: (c[0] < 3) & (c[7] < 2 * _MAX_STEPS + _MAX_SHRINK), body, init
-    )
-    return jnp.where(phase == 3, x, x0)
-
-
 def _log_convolve(a, b):
     """``log Σ_s exp(a[s] + b[J - s])`` for ``J = 0..M`` (two log pmfs on ``0..M``)."""
     counts = jnp.arange(a.shape[-1])
@@ -294,7 +257,7 @@ def _update_logits(key, logits, z, beta_a, beta_b, max_count):
             normaliser = jnp.sum(jnp.where(per_count > 0, per_count * log_pb, 0.0))
             return (a + m) * lp + (b + num_rows - m) * lq - normaliser
 
-        new = _slice_sample(key, ell, log_density, _LOGIT_WIDTH)
+        new = slice_sample(key, ell, log_density, _LOGIT_WIDTH)
         return poisson_binomial_add_atom(
             prefix, jax.nn.log_sigmoid(new), jax.nn.log_sigmoid(-new)
         ), new
@@ -365,7 +328,7 @@ def _tilt(key, logits, beta_a, beta_b):
         t = logits + theta
         return jnp.sum(a * jax.nn.log_sigmoid(t) + b * jax.nn.log_sigmoid(-t))
 
-    return logits + _slice_sample(key, jnp.zeros((), logits.dtype), log_density, _TILT_WIDTH)
+    return logits + slice_sample(key, jnp.zeros((), logits.dtype), log_density, _TILT_WIDTH)
 
 
 def _feature_posterior(z, nums, dtype, stats=None):
