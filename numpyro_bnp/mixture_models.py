@@ -19,9 +19,11 @@ mixture models*, Stat. Sci. 2013):
 * :func:`nggp_normal_mixture` — Gaussians of known noise, a Gaussian prior on the means;
 * :func:`nggp_poisson_mixture` — Poisson counts, Gamma rates;
 * :func:`nggp_bernoulli_mixture` — binary data, Beta probabilities;
-* :func:`dp_mixture` — a Dirichlet-process mixture by truncated stick-breaking (Ishwaran & James
-  2001; Blei & Jordan 2006) with the components of any of the five dense models above: its labels
-  are a ``Categorical`` site, which NumPyro's NUTS and ``TraceEnum_ELBO`` sum out.
+* :func:`dp_mixture` — a Dirichlet-process (or, with ``discount``, Pitman–Yor) mixture by
+  truncated stick-breaking (Ishwaran & James 2001; Blei & Jordan 2006) with the components of any
+  of the five dense models above: its labels are a ``Categorical`` site, which NumPyro's NUTS and
+  ``TraceEnum_ELBO`` sum out. :func:`numpyro_bnp.infer.truncated_twin` derives the same from an
+  NGGP model (σ = 0 or τ = 0) of your own.
 
 Sites of the NGGP models: the labels ``z`` ``(N,)`` (canonical: clusters numbered in order of
 appearance), the components in a ``numpyro.plate("cluster", K)`` and the observations ``obs``
@@ -416,11 +418,66 @@ def nggp_bernoulli_mixture(
     return _observe(likelihood(z), obs, num_obs, dim)
 
 
-def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="gaussian", **prior):
-    r"""Dirichlet-process mixture by truncated stick-breaking, with conjugate components.
+def _check_pitman_yor(mass, discount):
+    """Check a Pitman–Yor ``(discount d, mass θ)``: ``0 <= d < 1`` and ``θ > -d`` (``θ > 0`` for
+    the Dirichlet process, ``d = 0``); concrete values only."""
+    _check(lambda d: (d >= 0) & (d < 1), "discount", "in [0, 1)", discount)
+    if not is_concrete(discount) or np.all(np.asarray(discount) == 0):
+        _positive(mass=mass)
+    else:
+        _check(lambda m: m > -np.asarray(discount), "mass", "finite and > -discount", mass)
+
+
+def stick_breaking_sites(mass, discount, truncation):
+    r"""Sample the sticks of a truncated Pitman–Yor stick-breaking; return its weights ``(T,)``.
 
     .. math::
-        v_k \sim \mathrm{Beta}(1, α) \ (k < T), \quad
+        v_k \sim \mathrm{Beta}(1 - d,\; θ + k d) \ (k = 1, \dots, T - 1), \quad
+        w_k = v_k \prod_{j<k} (1 - v_j), \quad w_T = \prod_{j<T} (1 - v_j)
+
+    (Pitman & Yor, *The two-parameter Poisson–Dirichlet distribution*, Ann. Probab. 1997;
+    Ishwaran & James, JASA 2001, Section 3: the truncation ``PY_T`` sets the last stick to 1).
+    ``d = 0`` is the Dirichlet process of concentration ``θ`` (sticks ``Beta(1, θ)``).
+
+    Sites: ``v`` ``(T - 1,)`` in a ``numpyro.plate("stick", T - 1)`` (none when ``T = 1``) and the
+    deterministic ``weights`` ``(T,)``. Shared by :func:`dp_mixture` and
+    :func:`numpyro_bnp.infer.truncated_twin`.
+
+    :param mass: the strength ``θ`` (``> 0`` for ``d = 0``, ``> -d`` otherwise).
+    :param discount: the discount ``d ∈ [0, 1)``.
+    :param int truncation: ``T >= 1``.
+    """
+    truncation = positive_int(truncation, "truncation")
+    _check_pitman_yor(mass, discount)
+    weights = jnp.ones(1)
+    if truncation > 1:  # numpyro.plate has no size 0: one cluster has no sticks
+        if is_concrete(discount) and np.all(np.asarray(discount) == 0):
+            prior = dist.Beta(1.0, mass)  # the Dirichlet process: one Beta(1, α) for all sticks
+        else:
+            k = jnp.arange(1, truncation, dtype=jnp.result_type(float))
+            prior = dist.Beta(1.0 - discount, mass + discount * k)
+        with numpyro.plate("stick", truncation - 1):
+            sticks = numpyro.sample("v", prior)
+        weights = stick_breaking_weights(sticks)
+    return numpyro.deterministic("weights", weights)
+
+
+def dp_mixture(
+    obs=None,
+    *,
+    num_obs,
+    dim,
+    mass=1.0,
+    truncation=10,
+    components="gaussian",
+    discount=0.0,
+    **prior,
+):
+    r"""Dirichlet-process (or Pitman–Yor) mixture by truncated stick-breaking, with conjugate
+    components.
+
+    .. math::
+        v_k \sim \mathrm{Beta}(1 - d, α + k d) \ (k < T), \quad
         w_k = v_k \prod_{j<k} (1 - v_j), \quad w_T = \prod_{j<T} (1 - v_j), \quad
         θ_k \overset{iid}{\sim} H_0, \quad z_n \sim \mathrm{Categorical}(w), \quad
         x_n \mid z, θ \sim F(θ_{z_n})
@@ -428,7 +485,9 @@ def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="g
     (the truncation ``DP_T`` of Ishwaran & James, *Gibbs sampling methods for stick-breaking
     priors*, JASA 2001: the last stick is 1; Blei & Jordan, *Variational inference for Dirichlet
     process mixtures*, Bayesian Analysis 2006). ``T = truncation`` bounds the clusters; ``E[w_1]
-    = 1 / (1 + α)``.
+    = (1 - d) / (1 + α)``. The discount ``d = 0`` (default) is the Dirichlet process of
+    concentration ``α``, ``d > 0`` the Pitman–Yor process ``PY(d, α)`` (Pitman & Yor, Ann.
+    Probab. 1997; ``PY_T`` of Ishwaran & James 2001, Section 3), :func:`stick_breaking_sites`.
 
     Sites: ``v`` ``(T - 1,)`` in a ``numpyro.plate("stick", T - 1)`` (no sticks when ``T = 1``:
     one cluster, ``w = [1]``), the deterministic ``weights`` ``(T,)``, the components in a
@@ -438,7 +497,8 @@ def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="g
 
     :param obs: observations ``(num_obs, dim)`` or ``None`` (prior predictive).
     :param int num_obs: ``N``; :param int dim: ``D``.
-    :param mass: the DP's concentration ``α > 0``.
+    :param mass: the DP's concentration ``α > 0`` (the Pitman–Yor strength, ``α > -d``, when
+        ``discount > 0``).
     :param int truncation: the truncation ``T >= 1``: the number of clusters, ``T - 1`` sticks
         (the mixture engines read ``α`` from the sticks: they need ``T >= 2``).
     :param str components: the conjugate family ``H_0``, ``F``, with the priors, sites and
@@ -449,9 +509,13 @@ def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="g
         :func:`nggp_normal_mixture`: ``loc``, ``sigma_mu``, ``sigma_o``), ``"poisson"``
         (:func:`nggp_poisson_mixture`: ``concentration``, ``rate``) or ``"bernoulli"``
         (:func:`nggp_bernoulli_mixture`: ``concentration1``, ``concentration0``).
+    :param discount: the Pitman–Yor discount ``d ∈ [0, 1)``; ``0``: the Dirichlet process. The
+        mixture engines (``PowerPriorSVB``) read ``d = 0`` only (their sticks are ``Beta(1, α)``);
+        NumPyro's engines run any ``d``.
     :param prior: the component prior's keywords (defaults as in the NGGP model).
     :raises ValueError: for an unknown ``components``, a prior keyword the family does not take,
-        ``truncation`` not a whole number ``>= 1`` or ``mass <= 0``.
+        ``truncation`` not a whole number ``>= 1``, ``discount`` outside ``[0, 1)`` or ``mass <= 0``
+        (``mass <= -discount`` when ``discount > 0``).
 
     Inference: ``PowerPriorSVB`` of :mod:`numpyro_bnp.infer` streams it; the engines of NGGP
     mixtures (``ADFNRM``, ``EPNRM``) refuse it (``docs/model_contract.md``). NumPyro's NUTS sums
@@ -484,7 +548,7 @@ def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="g
     """
     num_obs, dim = positive_int(num_obs, "num_obs"), positive_int(dim, "dim")
     truncation = positive_int(truncation, "truncation")
-    _positive(mass=mass)
+    _check_pitman_yor(mass, discount)
     _check_obs(obs, num_obs, dim)
     if components not in _COMPONENTS:
         raise ValueError(f"components must be one of {list(_COMPONENTS)}, got {components!r}")
@@ -495,12 +559,7 @@ def dp_mixture(obs=None, *, num_obs, dim, mass=1.0, truncation=10, components="g
             f"components={components!r} takes the prior keywords {takes}; got {unknown} "
             "(each family keeps the keyword names of its NGGP model)"
         )
-    weights = jnp.ones(1)
-    if truncation > 1:  # numpyro.plate has no size 0: one cluster has no sticks
-        with numpyro.plate("stick", truncation - 1):
-            sticks = numpyro.sample("v", dist.Beta(1.0, mass))
-        weights = stick_breaking_weights(sticks)
-    weights = numpyro.deterministic("weights", weights)
+    weights = stick_breaking_sites(mass, discount, truncation)
     likelihood = family(truncation, dim, **prior)
     with numpyro.plate("row", num_obs):
         z = numpyro.sample("z", dist.Categorical(weights), infer={"enumerate": "parallel"})

@@ -15,6 +15,7 @@ import pytest
 from jax import random
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS, Predictive
+from scipy.special import gammaln
 
 from numpyro_bnp import models
 from numpyro_bnp._math import stick_breaking_weights
@@ -74,6 +75,29 @@ def test_prior_weights_have_the_stick_breaking_means(prior_draws, k, expected):
     assert abs(w.mean() - expected) < 4 * se, (w.mean(), expected, se)
 
 
+def test_pitman_yor_prior_number_of_clusters():
+    """With a discount d, the sticks Beta(1 - d, α + k d) give the Pitman–Yor partition: the
+    prior E[K_n] matches Pitman's closed form (α/d) [(α + d)_n / (α)_n - 1] within 5 MC standard
+    errors plus the truncation's effect (K_n changes only if two rows share the remainder
+    weight w_T: at most n P(two rows there) <= n C(n, 2) E[w_T^2])."""
+    d, a, n, t, draws = 0.4, 0.5, 5, 100, 4000
+    kwargs = dict(num_obs=n, dim=1, mass=a, discount=d, truncation=t, components="normal")
+    z = Predictive(models.dp_mixture, num_samples=draws, return_sites=["z", "v"])(
+        random.PRNGKey(5), **kwargs
+    )
+    k = np.array([len(np.unique(row)) for row in np.asarray(z["z"])])
+    log_rising = lambda x: gammaln(x + n) - gammaln(x)  # noqa: E731  log (x)_n
+    exact = a / d * (np.exp(log_rising(a + d) - log_rising(a)) - 1)
+    j = np.arange(1, t)
+    b = a + d * j
+    second = np.prod(b * (b + 1) / ((1 - d + b) * (2 - d + b)))
+    bound = n * n * (n - 1) / 2 * second
+    assert bound < 0.01
+    assert abs(k.mean() - exact) < 5 * k.std() / np.sqrt(draws) + bound
+    v = np.asarray(z["v"][:, 0])  # the first stick: Beta(1 - d, α + d), mean (1 - d) / (1 + α)
+    assert abs(v.mean() - (1 - d) / (1 + a)) < 5 * v.std() / np.sqrt(draws)
+
+
 def test_one_cluster_has_no_sticks():
     tr = handlers.trace(handlers.seed(models.dp_mixture, 0)).get_trace(
         num_obs=N, dim=D, truncation=1, components="normal"
@@ -102,6 +126,8 @@ def test_one_cluster_has_no_sticks():
         (dict(truncation=0), ValueError, "truncation must be a positive integer, got 0"),
         (dict(truncation=2.5), TypeError, "truncation must be a positive integer, got 2.5"),
         (dict(mass=0.0), ValueError, "mass must be finite and > 0, got 0.0"),
+        (dict(discount=1.0), ValueError, r"discount must be in \[0, 1\), got 1.0"),
+        (dict(discount=0.3, mass=-0.3), ValueError, "mass must be finite and > -discount"),
         (dict(obs=np.zeros((N, D + 1))), ValueError, r"obs must have shape \(num_obs, dim\)"),
     ],
 )

@@ -21,6 +21,7 @@ from numpyro_bnp.infer.streaming import (
     load,
     save,
 )
+from numpyro_bnp.infer.twins import truncated_twin
 
 __all__ = [
     "ADFNRM",
@@ -51,4 +52,5 @@ __all__ = [
     "StreamingResult",
     "load",
     "save",
+    "truncated_twin",
 ]

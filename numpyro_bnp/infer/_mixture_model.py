@@ -409,7 +409,7 @@ def _nggp_params(read, partition, latent, check_priors=True):
         if not is_concrete(value):
             read.reject(
                 f"the NGGP's {name} must be a number when the model is read, got a traced "
-                "value (a prior on mass, sigma or tau is not supported yet)"
+                "value (NGGPMarginalGibbs learns a prior on them when it reads the model)"
             )
         params[name] = float(value)
         if check_priors:
