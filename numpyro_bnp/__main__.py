@@ -1,4 +1,8 @@
-"""Command line: ``python -m numpyro_bnp demo [--out-dir DIR] [--only NAME ...]``."""
+"""Command line of numpyro_bnp.
+
+python -m numpyro_bnp demo [--out-dir DIR] [--only NAME ...]
+python -m numpyro_bnp bench engines [--quick] [--data NAME ...] [--figure PATH]
+"""
 
 import argparse
 import os
@@ -6,12 +10,29 @@ import sys
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m numpyro_bnp", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m numpyro_bnp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the demo and save its figures")
     demo.add_argument("--out-dir", default="numpyro_bnp_demo", help="where figures are saved")
     demo.add_argument("--only", nargs="+", help="run only these parts of the demo")
+    bench = commands.add_parser("bench", help="run a benchmark and print its tables")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    from numpyro_bnp.bench import engines
+
+    engines_parser = benches.add_parser(
+        "engines",
+        help="the engines side by side on the same data (docs/engines.md)",
+        description=engines.__doc__.splitlines()[0],
+        epilog=engines.HELP,
+    )
+    engines.add_arguments(engines_parser)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return engines.run(args)
 
     from numpyro_bnp.demos import DEMOS
 

@@ -1,0 +1,282 @@
+"""The mixture family: one NGGP mixture model under every engine that runs it.
+
+* ``ADFNRM`` (one streaming pass, Tank, Foti & Fox 2015), ``EPNRM`` (ADF then EP passes);
+* ``NGGPMarginalGibbs`` (the collapsed Gibbs sampler of Favaro & Teh 2013), four vectorized
+  chains from different seeds, as the gold standard;
+* on galaxies, NumPyro's NUTS on the truncated twin ``infer.truncated_twin(model)`` (the same
+  Normal–Gamma components, the DP by truncated stick-breaking with the labels enumerated;
+  NUTS's number of clusters counts the distinct labels of ``Predictive(...,
+  infer_discrete=True)`` draws).
+
+Under the Dirichlet process (``σ = 0``) and the normalized inverse-Gaussian (``σ = ½``), ``τ = 1``.
+Columns: seconds of a second run (compiled programs reused; the samplers': the time per
+iteration of the compiled kernel, timed alone, times the iterations of the four chains), of the
+first (cold) run (the samplers': the MCMC run, compilation included), held-out log predictive per
+row (the samplers': the average over draws of the exact predictive given each draw, see
+``NGGPMarginalGibbs.log_predictive``), the number of clusters (the samplers': posterior mean and
+standard deviation), its ESS per second and R-hat over the chains (ArviZ). The ratio lines are
+the targets of the issue: EP against the Gibbs sampler's held-out score and time, the chains'
+R-hat, the Gibbs sampler's ESS/s against NUTS.
+
+Data: the galaxies (82 velocities in 1,000 km/s, Roeder 1990, shipped with the package; a fixed
+20 % held out), scikit-learn digits as 64-word count documents (80/20) and Reuters
+(``lda.datasets.load_reuters``, 395 documents, 80/20; ``pip install lda``).
+"""
+
+import numpy as np
+
+from numpyro_bnp import datasets
+from numpyro_bnp.bench._common import (
+    NUM_CHAINS,
+    chain_stats,
+    iteration_seconds,
+    print_table,
+    run_mcmc,
+    save_figure,
+    timed,
+)
+
+PRIORS = (("DP", 0.0), ("NIG", 0.5))
+
+
+def run_streaming(engine_cls, model, train, test, model_kwargs, grid=None, **options):
+    from jax import random
+
+    engine = engine_cls(model, **options)
+
+    def run(seed):
+        result = engine.run(random.PRNGKey(seed), train, progress_bar=False, **model_kwargs)
+        return result, result.cluster_sizes
+
+    (result, _), seconds, cold = timed(run)
+    lp = float(np.mean(result.log_predictive(test)))
+    K = float(np.asarray(result.traces["num_clusters"])[-1])
+    row = dict(seconds=seconds, cold=cold, lp=lp, K=K)
+    if grid is not None:
+        row["density"] = np.exp(result.log_predictive(grid))
+    return row
+
+
+def run_gibbs(model, train, test, model_kwargs, warmup, samples, grid=None):
+    """The Gibbs sampler's row; its seconds: the vectorized chains' time per sweep (timed
+    compiled) times the sweeps."""
+    import jax
+    from jax import random
+
+    from numpyro_bnp.infer import NGGPMarginalGibbs
+
+    kernel = NGGPMarginalGibbs(model)
+
+    def run(mcmc):
+        fields = ("num_clusters", "saturated")
+        mcmc.run(random.PRNGKey(0), train, extra_fields=fields, **model_kwargs)
+        jax.block_until_ready(mcmc.get_samples())
+
+    mcmc, cold = run_mcmc(kernel, warmup, samples, "vectorized", run)
+    per_sweep = iteration_seconds(kernel, mcmc.last_state, (train,), model_kwargs)
+    seconds = per_sweep * (warmup + samples)
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    mean, sd, ess_s, rhat = chain_stats(fields["num_clusters"], seconds)
+    labels = np.asarray(mcmc.get_samples()["z"])[:: max(1, samples * NUM_CHAINS // 400)]
+    lp = float(np.mean(kernel.log_predictive(labels, test, train, **model_kwargs)))
+    saturated = bool(np.any(fields["saturated"]))
+    out = dict(seconds=seconds, cold=cold, lp=lp, K=mean, K_sd=sd, ess_s=ess_s, rhat=rhat)
+    out["num_clusters"] = np.asarray(fields["num_clusters"]).ravel()
+    if grid is not None:
+        out["density"] = np.exp(kernel.log_predictive(labels, grid, train, **model_kwargs))
+    return dict(out, saturated=saturated), (kernel, mcmc)
+
+
+def run_nuts_twin(train, test, prior, truncation, warmup, samples, seed=1, grid=None):
+    """NUTS on the truncated twin of the galaxies' DP model (``infer.truncated_twin``: the DP
+    by ``truncation`` sticks, labels enumerated): the DP row NumPyro users run today."""
+    import jax
+    from jax import random
+    from jax.scipy.special import logsumexp
+    from numpyro.infer import NUTS, Predictive
+
+    from numpyro_bnp import models
+    from numpyro_bnp.infer import truncated_twin
+
+    twin = truncated_twin(models.nggp_diagonal_gaussian_mixture)
+    kwargs = dict(
+        num_obs=len(train), dim=1, mass=1.0, sigma=0.0, tau=1.0, max_clusters=truncation,
+        **prior,
+    )  # fmt: skip
+
+    def run(mcmc):
+        mcmc.run(random.PRNGKey(seed), train, **kwargs)
+        jax.block_until_ready(mcmc.get_samples())
+
+    kernel = NUTS(twin)
+    mcmc, cold = run_mcmc(kernel, warmup, samples, "sequential", run)
+    one_chain = jax.tree.map(lambda a: a[0], mcmc.last_state)
+    per_iteration = iteration_seconds(kernel, one_chain, (train,), kwargs)
+    seconds = per_iteration * (warmup + samples) * NUM_CHAINS  # the chains one after another
+    draws = mcmc.get_samples()
+    labels = Predictive(twin, draws, infer_discrete=True)(
+        random.PRNGKey(seed + 1), train, **kwargs
+    )["z"]
+    labels = np.asarray(labels).reshape(NUM_CHAINS, samples, -1)
+    num = np.array([[len(np.unique(row)) for row in chain] for chain in labels])
+    mean, sd, ess_s, rhat = chain_stats(num, seconds)
+    w = draws["weights"]  # (S, T)
+    mu, lam = draws["mu"][..., 0], draws["lam"][..., 0]  # (S, T)
+
+    def log_density(rows):  # (M,) log of the posterior mean density
+        x = np.asarray(rows)[:, 0]
+        log_comp = (
+            0.5 * (np.log(lam)[:, None] - np.log(2 * np.pi))
+            - 0.5 * lam[:, None] * (x[None, :, None] - mu[:, None]) ** 2
+        )  # (S, M, T)
+        per_draw = logsumexp(np.log(w)[:, None] + log_comp, axis=-1)
+        return np.asarray(logsumexp(per_draw, axis=0) - np.log(per_draw.shape[0]))
+
+    lp = float(np.mean(log_density(test)))
+    row = dict(seconds=seconds, cold=cold, lp=lp, K=mean, K_sd=sd, ess_s=ess_s, rhat=rhat)
+    row["num_clusters"] = num.ravel()
+    if grid is not None:
+        row["density"] = np.exp(log_density(grid))
+    return row
+
+
+def print_targets(rows, *, nuts=None, ep_target=True):
+    for name, _ in PRIORS:
+        gibbs, ep = rows.get(f"Gibbs {name}"), rows.get(f"EP {name}")
+        if gibbs is None or ep is None:
+            continue
+        rhat = gibbs["rhat"]
+        ok = "PASS" if rhat <= 1.05 else "FAIL"
+        print(f"target {name}: R-hat of K over {NUM_CHAINS} chains <= 1.05: {rhat:.3f} -> {ok}")
+        if not ep_target:
+            continue
+        gap = (ep["lp"] - gibbs["lp"]) / abs(gibbs["lp"])
+        speed = ep["seconds"] / gibbs["seconds"]
+        ok = "PASS" if gap >= -0.01 and speed <= 0.1 else "FAIL"
+        print(
+            f"target {name}: EP within 1 % of Gibbs' held-out in <= 1/10 of its time: "
+            f"{100 * gap:+.2f} %, time ratio {speed:.3f} -> {ok}"
+        )
+    if nuts is not None and "Gibbs DP" in rows:
+        ratio = rows["Gibbs DP"]["ess_s"] / nuts["ess_s"]
+        ok = "PASS" if ratio >= 10 else "FAIL"
+        print(f"target: Gibbs ESS/s of K >= 10x NUTS on the twin: {ratio:.1f}x -> {ok}")
+
+
+def galaxies_data():
+    """``(train, test)``: the velocities in 1,000 km/s, ``(66, 1)`` and ``(16, 1)``."""
+    x = (datasets.galaxies() / 1000.0)[:, None]
+    perm = np.random.default_rng(0).permutation(len(x))
+    num_test = len(x) // 5
+    return x[perm[num_test:]], x[perm[:num_test]]
+
+
+def bench_galaxies(settings, figure=None):
+    """``settings``: ``sweeps`` (warm-up, kept) of the Gibbs sampler, ``nuts_draws`` of NUTS
+    (``None``: not run), ``priors`` (names from ``PRIORS``; default both)."""
+    from numpyro_bnp import models
+    from numpyro_bnp.infer import ADFNRM, EPNRM
+
+    train, test = galaxies_data()
+    grid = np.linspace(5.0, 40.0, 281)[:, None]
+    # μ ~ N(mean, 1 / (κ λ)), λ ~ Gamma(2, 2): clusters of about 1,000 km/s, means anywhere in
+    # the data's range (κ = 0.05: a prior standard deviation of the mean of about 4.5)
+    prior = dict(loc=float(train.mean()), kappa=0.05, concentration=2.0, rate=2.0)
+    rows = {}
+    for name, sigma in PRIORS:
+        if name not in settings.get("priors", dict(PRIORS)):
+            continue
+        kw = dict(dim=1, mass=1.0, sigma=sigma, tau=1.0, **prior)
+        model = models.nggp_diagonal_gaussian_mixture
+        rows[f"ADF {name}"] = run_streaming(ADFNRM, model, train, test, kw, grid)
+        rows[f"EP {name}"] = run_streaming(EPNRM, model, train, test, kw, grid, num_passes=5)
+        gibbs_kw = dict(kw, num_obs=len(train), max_clusters=64)
+        gibbs, _ = run_gibbs(model, train, test, gibbs_kw, *settings["sweeps"], grid)
+        rows[f"Gibbs {name}"] = gibbs
+    if settings.get("nuts_draws"):
+        nuts = run_nuts_twin(train, test, prior, 20, *settings["nuts_draws"], grid=grid)
+        rows["NUTS DP twin (T = 20)"] = nuts
+    else:
+        nuts = None
+    print_table(
+        f"galaxies ({len(train)} train / {len(test)} test velocities, Normal-Gamma components)",
+        rows,
+    )
+    print_targets(rows, nuts=nuts, ep_target=False)
+    if figure:
+        plot_galaxies(np.concatenate([train, test]), grid, rows, figure)
+    return rows
+
+
+def plot_galaxies(data, grid, rows, path):
+    """Left: the posterior mean densities of every engine over the data's histogram; right:
+    the samplers' posterior of the number of clusters."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.hist(data[:, 0], bins=30, density=True, color="0.85", label="82 galaxies")
+    for label, row in rows.items():
+        if "density" in row:
+            style = "-" if "Gibbs" in label else ":" if "NUTS" in label else "--"
+            left.plot(grid[:, 0], row["density"], style, lw=1.3, label=label)
+    left.set_xlabel("velocity (1,000 km/s)")
+    left.set_ylabel("density")
+    left.legend(fontsize=7)
+    for label, row in rows.items():
+        if "num_clusters" in row:
+            ks = np.arange(1, 41)
+            pmf = np.bincount(row["num_clusters"].astype(int), minlength=41)[1:41]
+            right.plot(ks, pmf / pmf.sum(), "o-", ms=3, label=label)
+    right.set_xlabel("number of clusters")
+    right.set_ylabel("posterior probability")
+    right.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def documents(name):
+    """``(train, test)`` count documents: ``"digits"`` (scikit-learn) or ``"reuters"`` (lda)."""
+    if name == "digits":
+        import sklearn.datasets
+
+        x = sklearn.datasets.load_digits().data.astype(np.int64)
+    else:
+        import lda.datasets
+
+        x = np.asarray(lda.datasets.load_reuters())
+    perm = np.random.default_rng(0).permutation(len(x))
+    num_test = len(x) // 5
+    return x[perm[num_test:]], x[perm[:num_test]]
+
+
+def bench_documents(settings, name, concentration, capacity):
+    """``settings``: ``sweeps`` of the Gibbs sampler, ``fraction`` of the training documents."""
+    from numpyro_bnp import models
+    from numpyro_bnp.infer import ADFNRM, EPNRM
+
+    try:
+        train, test = documents(name)
+    except ImportError as err:
+        package = "lda" if name == "reuters" else "scikit-learn"
+        print(f"\n== {name}: skipped ({err}; pip install {package})")
+        return None
+    train = train[: int(len(train) * settings.get("fraction", 1.0))]
+    model = models.nggp_multinomial_mixture
+    rows = {}
+    for prior, sigma in PRIORS:
+        kw = dict(vocab_size=train.shape[1], mass=1.0, sigma=sigma, tau=1.0)
+        kw["concentration"] = concentration
+        opts = dict(new_cluster_threshold=0.5)
+        rows[f"ADF {prior}"] = run_streaming(ADFNRM, model, train, test, kw, **opts)
+        rows[f"EP {prior}"] = run_streaming(EPNRM, model, train, test, kw, num_passes=5, **opts)
+        gibbs_kw = dict(kw, num_obs=len(train), max_clusters=capacity)
+        rows[f"Gibbs {prior}"], _ = run_gibbs(model, train, test, gibbs_kw, *settings["sweeps"])
+    print_table(
+        f"{name} ({len(train)} train / {len(test)} test documents, vocabulary "
+        f"{train.shape[1]:,}, λ0 = {concentration})",
+        rows,
+    )
+    print_targets(rows)
+    return rows
