@@ -342,7 +342,9 @@ def test_the_nggp_parameters_must_be_numbers():
         _read(models.nggp_normal_mixture, num_obs=N, dim=D, mass=mass, sigma=0.3, max_clusters=K)
         return mass
 
-    with pytest.raises(ValueError, match=r"the NGGP's mass must be a number .*NGGPMarginalGibbs learns"):
+    with pytest.raises(
+        ValueError, match=r"the NGGP's mass must be a number .*NGGPMarginalGibbs learns"
+    ):
         jax.jit(read)(2.0)
 
 

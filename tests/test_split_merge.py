@@ -71,9 +71,7 @@ def chain(family, rows, mass, sigma, tau, num_steps, moves=2):
         num = jnp.sum(jnp.zeros(CAPACITY, jnp.int32).at[labels].add(1) > 0)
         log_u = nggp_sample_log_u(key_u, 5, num, mass, sigma, tau)
         for k in keys:
-            labels, _, _ = split_merge(
-                family, rows, labels, log_u, mass, sigma, tau, CAPACITY, k
-            )
+            labels, _, _ = split_merge(family, rows, labels, log_u, mass, sigma, tau, CAPACITY, k)
         return labels, labels
 
     keys = random.split(random.PRNGKey(0), num_steps)
