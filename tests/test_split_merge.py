@@ -14,8 +14,16 @@ import numpy as np
 import pytest
 from jax import lax, random
 from mc_checks import check_mean
-from scipy.special import gammaln, logsumexp
-from scipy.stats import multivariate_normal
+from scipy.special import logsumexp
+from test_nggp_gibbs import (  # the enumeration of test_nggp_gibbs, its data and models
+    DOC_MODEL,
+    DOCS,
+    NORMAL,
+    X1,
+    docs_marginal,
+    normal_marginal,
+    partitions,
+)
 
 from numpyro_bnp import models
 from numpyro_bnp._math import nggp_sample_log_u
@@ -24,33 +32,7 @@ from numpyro_bnp.families import SparseCounts
 from numpyro_bnp.infer._mixture_model import read_mixture_model
 from numpyro_bnp.infer._split_merge import split_merge
 
-X1 = np.array([[-2.1], [-1.8], [0.2], [2.0], [2.3]])
-NORMAL = dict(num_obs=5, dim=1, mass=1.0, sigma=0.5, tau=1.0, sigma_mu=2.0, sigma_o=0.7)
-DOCS = np.array([[3, 1, 0, 0], [2, 2, 0, 0], [0, 0, 3, 1], [0, 1, 2, 2], [1, 1, 1, 1]])
-DOC_MODEL = dict(num_obs=5, vocab_size=4, mass=1.5, sigma=0.3, tau=0.0, concentration=0.5)
 CAPACITY = 5
-
-
-def partitions(n):
-    out = [[0]]
-    for _ in range(n - 1):
-        out = [[*p, k] for p in out for k in range(max(p) + 2)]
-    return np.array(out, np.int32)
-
-
-def normal_marginal(xs):
-    n = len(xs)
-    cov = NORMAL["sigma_o"] ** 2 * np.eye(n) + NORMAL["sigma_mu"] ** 2 * np.ones((n, n))
-    return sum(multivariate_normal(np.zeros(n), cov).logpdf(xs[:, d]) for d in range(xs.shape[1]))
-
-
-def docs_marginal(xs):
-    lam = np.full(xs.shape[1], DOC_MODEL["concentration"])
-    coef = (gammaln(xs.sum(1) + 1) - gammaln(xs + 1).sum(1)).sum()
-    post = lam + xs.sum(0)
-    return (
-        coef + gammaln(post).sum() - gammaln(post.sum()) - gammaln(lam).sum() + gammaln(lam.sum())
-    )
 
 
 def exact_posterior(data, marginal, mass, sigma, tau):
