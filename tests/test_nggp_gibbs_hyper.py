@@ -14,6 +14,7 @@
 Monte-Carlo tolerances are 4 standard errors with the ESS from ArviZ (``mc_checks``).
 """
 
+import functools
 import itertools
 
 import jax
@@ -185,8 +186,9 @@ def test_mass_sigma_tau_priors_match_the_enumerated_posterior():
     assert checked >= 8
 
 
-def noise_model(obs=None, *, num_obs, dim=1):
-    sigma_o = numpyro.sample("sigma_o", dist.HalfNormal(1.0))
+def noise_model(obs=None, *, num_obs, dim=1, sigma_o=None):
+    if sigma_o is None:
+        sigma_o = numpyro.sample("sigma_o", dist.HalfNormal(1.0))
     return models.nggp_normal_mixture(
         obs,
         num_obs=num_obs,
@@ -231,6 +233,20 @@ def test_gibbs_block_with_nuts_recovers_the_noise_scale():
     data = from_numpyro(mcmc)
     assert {"sigma_o", "z", "mu"} <= set(group(data, "posterior").data_vars)
     assert np.all(np.isfinite(group(data, "log_likelihood")["obs"].values))
+    # held out: each draw's predictive at its own sigma_o, as the kernel computes it on the
+    # model with that sigma_o fixed
+    draws = {name: value[::70] for name, value in mcmc.get_samples().items()}
+    new = np.array([[-6.2], [0.3], [3.0]])
+    kernel = NGGPMarginalGibbs(noise_model)
+    got = kernel.log_predictive(draws, new, x, num_obs=45)
+    per_draw = [
+        NGGPMarginalGibbs(functools.partial(noise_model, sigma_o=float(s))).log_predictive(
+            z[None], new, x, num_obs=45
+        )
+        for z, s in zip(draws["z"], draws["sigma_o"])
+    ]
+    want = logsumexp(np.array(per_draw), axis=0) - np.log(len(per_draw))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_priors_of_the_wrong_support_and_unlearnable_sites_are_refused():

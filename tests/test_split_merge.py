@@ -30,7 +30,7 @@ from numpyro_bnp._math import nggp_sample_log_u
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.families import SparseCounts
 from numpyro_bnp.infer._mixture_model import read_mixture_model
-from numpyro_bnp.infer._split_merge import split_merge
+from numpyro_bnp.infer._split_merge import row_sketch, split_merge
 
 CAPACITY = 5
 
@@ -46,14 +46,18 @@ def exact_posterior(data, marginal, mass, sigma, tau):
 
 
 def chain(family, rows, mass, sigma, tau, num_steps, moves=2):
-    """Labels ``(num_steps, 5)`` of the chain: U | z, then ``moves`` merge–split moves."""
+    """Labels ``(num_steps, 5)`` of the chain: U | z, then ``moves`` merge–split moves (half
+    of their pairs near ones, as in the sampler)."""
+    sketch = None if rows is None else row_sketch(rows)
 
     def step(labels, key):
         key_u, *keys = random.split(key, moves + 1)
         num = jnp.sum(jnp.zeros(CAPACITY, jnp.int32).at[labels].add(1) > 0)
         log_u = nggp_sample_log_u(key_u, 5, num, mass, sigma, tau)
         for k in keys:
-            labels, _, _ = split_merge(family, rows, labels, log_u, mass, sigma, tau, CAPACITY, k)
+            labels, _, _ = split_merge(
+                family, rows, labels, log_u, mass, sigma, tau, CAPACITY, k, sketch
+            )
         return labels, labels
 
     keys = random.split(random.PRNGKey(0), num_steps)

@@ -81,6 +81,7 @@ from jax import lax, random
 from jax.scipy.special import gammaln, logsumexp
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG, conditioned
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import identity
 
@@ -91,13 +92,14 @@ from numpyro_bnp._math import (
     nggp_log_v,
     nggp_sample_log_u,
 )
+from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.families import SparseCounts
 from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._mcmc import chains_batched, over_chains, slice_sample, with_deterministic
 from numpyro_bnp.infer._mixture_model import read_mixture_model
-from numpyro_bnp.infer._model import trace_model
+from numpyro_bnp.infer._model import trace_model, unwrap
 from numpyro_bnp.infer._nrm_rows import check_documents
-from numpyro_bnp.infer._split_merge import split_merge
+from numpyro_bnp.infer._split_merge import row_sketch, split_merge
 
 __all__ = ["NGGPMarginalGibbs", "NGGPMarginalGibbsState"]
 
@@ -382,11 +384,13 @@ def _sweep(family, rows, cfg, labels, hyper, numbers, key):
 
     labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key_z, weights)
 
+    sketch = None if rows is None or not cfg.split_merge else row_sketch(rows)
+
     def merge_split(t, carry):
         labels, full = carry
         key = random.fold_in(key_z, t + 1)
         labels, _, refused = split_merge(
-            family, rows, labels, log_u, mass, sigma, tau, cfg.capacity, key
+            family, rows, labels, log_u, mass, sigma, tau, cfg.capacity, key, sketch
         )
         return labels, full | refused
 
@@ -452,13 +456,15 @@ def _refresh(state, rows, family, cfg, numbers):
     return state._replace(log_likelihood=log_lik, log_joint=log_joint)
 
 
-def _log_predictive_draws(labels, hyper, rows, new, family, cfg, numbers):
-    """``(S, M)`` ``log p(x*_m | z_s, X)`` (:meth:`NGGPMarginalGibbs.log_predictive`)."""
-    dtype = family.dtype
+def _log_predictive_draws(labels, given, rows, new, dtype, cfg, numbers):
+    """``(S, M)`` ``log p(x*_m | z_s, X)`` (:meth:`NGGPMarginalGibbs.log_predictive`); the
+    draws' scalar sites ``given`` (``{site: (S,)}``) set each draw's NGGP and family
+    (``numbers(given)``)."""
 
     def one(draw):
-        labels, hyper = draw
-        nggp = numbers(hyper)
+        labels, given = draw
+        nggp = numbers(given)
+        family = jax.tree.map(lambda a: jnp.asarray(a, dtype), nggp.family)
         counts = _slot_sizes(labels, cfg.capacity)
         log_new = _log_new_weight(cfg.num_rows + 1, jnp.sum(counts > 0), nggp, dtype)
         params = _cluster_params(family, rows, labels, cfg.capacity)
@@ -473,7 +479,7 @@ def _log_predictive_draws(labels, hyper, rows, new, family, cfg, numbers):
 
         return logsumexp(jax.vmap(row)(new) + log_w, axis=-1) - logsumexp(log_w)
 
-    return lax.map(one, (labels, hyper))
+    return lax.map(one, (labels, given))
 
 
 def _check_width(most, width):
@@ -812,23 +818,39 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         V_{N+1,K+1}``).
 
         :param samples: the run's samples (``mcmc.get_samples()``), or the labels ``(S, N)``
-            when the model has no hyper-parameter sites.
+            when the model has no other latent scalar sites. Every scalar site of the model in
+            ``samples`` (hyper-parameters, or a noise scale sampled by another block of
+            ``numpyro.infer.Gibbs``) sets its draw's NGGP and components' family.
         :param new_rows: held-out rows ``(M, D)`` (documents: word counts, dense or
             ``scipy.sparse``), checked as the model's observed site.
         :param model_args, model_kwargs: the model's arguments of the run (its training data).
         """
-        self._read(model_args, model_kwargs)
-        cfg, spec, family = self._cfg, self.spec, self._family
-        labels = samples[cfg.partition_site] if isinstance(samples, dict) else samples
-        labels = jnp.asarray(labels, jnp.int32).reshape(-1, cfg.num_rows)
-        missing = [n for n in cfg.hyper_sites if not isinstance(samples, dict) or n not in samples]
-        if missing:
+        if isinstance(samples, dict):
+            labels = samples[self._partition_site(samples, model_args, model_kwargs)]
+        else:
+            labels = samples
+        labels = jnp.asarray(labels, jnp.int32)
+        labels = labels.reshape(-1, labels.shape[-1])
+        given = {}
+        if isinstance(samples, dict):
+            given = self._scalar_draws(samples, labels.shape[0], model_args, model_kwargs)
+        kernel = self
+        if given:  # read the model conditioned on them, as a block of numpyro.infer.Gibbs
+            kernel = self.wrap_model(conditioned)
+            model_kwargs = {**model_kwargs, GIBBS_SITES_KWARG: {n: v[0] for n, v in given.items()}}
+        kernel._read(model_args, model_kwargs)
+        cfg, spec, family = kernel._cfg, kernel.spec, kernel._family
+        if labels.shape[-1] != cfg.num_rows:
             raise ValueError(
-                f"samples must be the run's samples with the hyper-parameter sites {missing} "
-                "(mcmc.get_samples())"
+                f"the labels in samples must have {cfg.num_rows} columns (the model's rows), "
+                f"got shape {tuple(labels.shape)}"
             )
-        hyper = {n: jnp.asarray(samples[n], family.dtype).reshape(-1) for n in cfg.hyper_sites}
-        rows = self._rows(model_args, model_kwargs)
+        if cfg.hyper_sites:
+            raise ValueError(
+                f"samples must be the run's samples with the hyper-parameter sites "
+                f"{list(cfg.hyper_sites)} (mcmc.get_samples())"
+            )
+        rows = kernel._rows(model_args, model_kwargs)
         if rows is None:
             raise ValueError(f"{_ENGINE}.log_predictive needs the training data in the model")
         if spec.obs_kind == "documents":
@@ -836,10 +858,43 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         else:
             new = streaming.check_batch(new_rows, dim=spec.dim, dtype=family.dtype, name="new_rows")
             spec.check_observed(new, "new_rows")
-        numbers = self._numbers(model_args, model_kwargs)
-        draws = functools.partial(_log_predictive_draws, cfg=cfg, numbers=numbers)
-        scores = jax.jit(draws)(labels, hyper, rows, jax.tree.map(jnp.asarray, new), family)
+
+        def numbers(values):
+            kwargs = {**model_kwargs, GIBBS_SITES_KWARG: values} if values else model_kwargs
+            return spec.numbers({}, model_args, kwargs)
+
+        draws_fn = functools.partial(
+            _log_predictive_draws, dtype=family.dtype, cfg=cfg, numbers=numbers
+        )
+        new = jax.tree.map(jnp.asarray, new)
+        scores = jax.jit(draws_fn)(labels, given, rows, new)
         return np.asarray(logsumexp(scores, axis=0) - np.log(labels.shape[0]))
+
+    def _partition_site(self, samples, model_args, model_kwargs):
+        """The name of the model's NGGP site (a trace at the first draw of ``samples``)."""
+        first = {n: jnp.asarray(v)[0] for n, v in samples.items()}
+        model = handlers.substitute(self._model, data=first)
+        for name, site in trace_model(model, model_args, model_kwargs, _ENGINE).items():
+            if site["type"] == "sample" and isinstance(unwrap(site["fn"]), NGGP):
+                return name
+        raise ValueError(f"{_ENGINE} needs a model with an NGGP partition site")
+
+    def _scalar_draws(self, draws, num_draws, model_args, model_kwargs):
+        """``{site: (S,)}``: the draws of the model's latent scalar sites in ``draws``."""
+        first = {n: jnp.asarray(v).reshape(num_draws, -1)[0] for n, v in draws.items()}
+        model = handlers.substitute(self._model, data=first)
+        out = {}
+        for name, site in trace_model(model, model_args, model_kwargs, _ENGINE).items():
+            scalar = site["type"] == "sample" and not site["is_observed"]
+            if scalar and name in draws and site["fn"].shape() == ():
+                value = jnp.asarray(draws[name], jnp.result_type(float))
+                if value.size != num_draws:
+                    raise ValueError(
+                        f"samples[{name!r}] must hold one value per draw ({num_draws}), got "
+                        f"shape {tuple(value.shape)}"
+                    )
+                out[name] = value.reshape(num_draws)
+        return out
 
     def get_diagnostics_str(self, state):
         sat = ", SATURATED" if bool(np.any(state.saturated)) else ""
