@@ -10,7 +10,9 @@ posterior sd, ESS per second and R-hat over the chains from ArviZ):
 * mixtures (:mod:`numpyro_bnp.bench.mixtures`): ``galaxies`` (82 velocities, Roeder 1990,
   shipped with the package), ``digits`` (scikit-learn's digits as 64-word count documents),
   ``reuters`` (``pip install lda``) under ``ADFNRM``, ``EPNRM``, ``NGGPMarginalGibbs`` and, on
-  galaxies, NumPyro's NUTS on the truncated twin ``infer.truncated_twin(model)``;
+  galaxies, NumPyro's NUTS on the truncated twin ``infer.truncated_twin(model)`` and (full run
+  only) the posterior of the number of clusters on all 82 galaxies against the R package
+  BNPdensity's own fits (:func:`numpyro_bnp.bench.mixtures.bench_galaxies_published`);
 * features (:mod:`numpyro_bnp.bench.features`): ``features`` (scikit-learn's digits, pixels / 16,
   under ``models.linear_gaussian``) with ``RIBPFilter``, ``RIBPFilter.refine``, ``CRMSlice``,
   ``AcceleratedIBPGibbs`` and NumPyro's ``DiscreteHMCGibbs`` on the truncated model.
@@ -26,7 +28,10 @@ from numpyro_bnp.bench import features, mixtures
 DATA = ("galaxies", "digits", "reuters", "features")
 
 FULL = {
-    "galaxies": dict(sweeps=(1000, 4000), nuts_draws=(500, 1000), priors=("DP", "NIG")),
+    "galaxies": dict(
+        sweeps=(1000, 4000), nuts_draws=(500, 1000), priors=("DP", "NIG"),
+        published_sweeps=((1000, 4000), (500, 2000)),
+    ),
     "digits": dict(sweeps=(200, 400), fraction=1.0),
     "reuters": dict(sweeps=(200, 400), fraction=1.0),
     "features": dict(
@@ -86,6 +91,8 @@ def run(args):
     data = args.data or (QUICK_DATA if args.quick else DATA)
     if "galaxies" in data:
         mixtures.bench_galaxies(settings["galaxies"], figure=args.figure)
+        if "published_sweeps" in settings["galaxies"]:
+            mixtures.bench_galaxies_published(settings["galaxies"])
     if "digits" in data:
         mixtures.bench_documents(settings["digits"], "digits", 0.2, 192)
     if "reuters" in data:

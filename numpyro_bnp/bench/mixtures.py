@@ -208,6 +208,107 @@ def bench_galaxies(settings, figure=None):
     return rows
 
 
+# The posterior pmf of the number of clusters of BNPdensity's own fits of the galaxies (R
+# package BNPdensity 2023.3.8, Arbel et al. 2021, ANZ J. Stat.; Barrios et al. 2013, Stat.
+# Sci.), read from its data objects ``Galaxy2.out`` (``MixNRMI2``: a location-scale mixture) and
+# ``Galaxy1.out`` (``MixNRMI1``: a location mixture with one common scale), each 1,000 draws
+# of one chain of ``NGG(Alpha = 1, Kappa = 0.015, Gama = 0.5)`` on the 82 velocities in 1,000
+# km/s: {number of clusters: probability}.
+BNPDENSITY_GALAXIES = {
+    "MixNRMI2 (location-scale)": {
+        3: 0.215, 4: 0.291, 5: 0.245, 6: 0.134, 7: 0.046, 8: 0.040, 9: 0.015, 10: 0.010,
+        11: 0.002, 12: 0.002,
+    },
+    "MixNRMI1 (common scale)": {
+        5: 0.005, 6: 0.154, 7: 0.230, 8: 0.222, 9: 0.159, 10: 0.125, 11: 0.045, 12: 0.035,
+        13: 0.013, 14: 0.008, 15: 0.003, 16: 0.001,
+    },
+}  # fmt: skip
+
+
+def bnpdensity_galaxies_models():
+    """``{name: (model, Gibbs blocks or None)}``: the two BNPdensity galaxies analyses
+    (:data:`BNPDENSITY_GALAXIES`) as NumPyro models for ``NGGPMarginalGibbs``, the NGGP the
+    same (``a = 1``, ``σ = ½``, ``τ = 0.015``: BNPdensity's Lévy intensity ``Alpha /
+    Γ(1 − Gama) s^{−1−Gama} e^{−Kappa s}`` is ours) and the kernels' priors as near as a
+    conjugate prior comes to theirs (theirs: locations from an exponential centring measure
+    with a hyper-prior on its mean, about the data's mean, 20.8; standard deviations from
+    Exp(1) (``MixNRMI2``), or one common standard deviation ``~ Gamma(1, 1)`` (``MixNRMI1``)):
+
+    * location-scale: ``nggp_diagonal_gaussian_mixture`` whose Gamma prior on the precision
+      matches the quartiles of ``1/s²`` for ``s ~ Exp(1)`` in log scale (``a0 = 0.40``, ``b0 =
+      0.051``) and whose ``κ0 = 3.3e-4`` gives a new cluster's predictive density at the data's
+      mean that of BNPdensity's prior (0.0154);
+    * common scale: ``nggp_normal_mixture`` with ``sigma_o ~ Gamma(1, 1)`` sampled by NUTS in
+      a ``numpyro.infer.Gibbs`` block and the locations ``N(m, s²)`` with the exponential's
+      density at its mean (``s = m e / √(2π)``).
+    """
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_bnp import models
+
+    x = datasets.galaxies() / 1000.0
+    mean, nggp = float(x.mean()), dict(mass=1.0, sigma=0.5, tau=0.015, max_clusters=48)
+
+    def location_scale(obs=None):
+        return models.nggp_diagonal_gaussian_mixture(
+            obs, num_obs=len(x), dim=1, loc=mean, kappa=3.3e-4, concentration=0.40, rate=0.051,
+            **nggp,
+        )  # fmt: skip
+
+    def common_scale(obs=None):
+        sigma_o = numpyro.sample("sigma_o", dist.Gamma(1.0, 1.0))
+        return models.nggp_normal_mixture(
+            obs, num_obs=len(x), dim=1, loc=mean, sigma_mu=mean * np.e / np.sqrt(2 * np.pi),
+            sigma_o=sigma_o, **nggp,
+        )  # fmt: skip
+
+    names = list(BNPDENSITY_GALAXIES)
+    return {names[0]: (location_scale, None), names[1]: (common_scale, ["sigma_o"])}
+
+
+def bench_galaxies_published(settings):
+    """The posterior of the number of clusters of ``NGGPMarginalGibbs`` (4 chains) on all 82
+    galaxies against BNPdensity's (:func:`bnpdensity_galaxies_models`); ``settings``:
+    ``published_sweeps`` (warm-up, kept) of the kernel alone and of the Gibbs composite with
+    NUTS on the common scale."""
+    import jax
+    from jax import random
+    from numpyro.infer import MCMC, NUTS, Gibbs
+
+    from numpyro_bnp.infer import NGGPMarginalGibbs
+
+    x = (datasets.galaxies() / 1000.0)[:, None]
+    print("\n== galaxies (all 82) against BNPdensity's NGG(1, 0.015, 0.5) fits", flush=True)
+    print(f"{'analysis':<28}{'engine':<22}{'K mean':>8}{'sd':>6}{'R-hat':>7}  pmf of K (3..12)")
+    rows = {}
+    for name, (model, block) in bnpdensity_galaxies_models().items():
+        warmup, samples = settings["published_sweeps"][block is not None]
+        if block is None:
+            kernel, method, field = NGGPMarginalGibbs(model), "vectorized", "num_clusters"
+        else:
+            kernel = Gibbs([(NGGPMarginalGibbs(model), ["z", "mu"]), (NUTS(model), block)])
+            method, field = "sequential", "block_states.0.num_clusters"
+        mcmc = MCMC(
+            kernel, num_warmup=warmup, num_samples=samples, num_chains=NUM_CHAINS,
+            chain_method=method, progress_bar=False,
+        )  # fmt: skip
+        mcmc.run(random.PRNGKey(0), x, extra_fields=(field,))
+        num = np.asarray(jax.device_get(mcmc.get_extra_fields(group_by_chain=True)[field]))
+        mean, sd, _, rhat = chain_stats(num, 1.0)
+        reference = BNPDENSITY_GALAXIES[name]
+        ks = np.array(list(reference))
+        ref_mean = float(np.dot(ks, list(reference.values())))
+        ref_sd = float(np.sqrt(np.dot((ks - ref_mean) ** 2, list(reference.values()))))
+        ours = " ".join(f"{np.mean(num == k):.2f}" for k in range(3, 13))
+        theirs = " ".join(f"{reference.get(k, 0.0):.2f}" for k in range(3, 13))
+        print(f"{name:<28}{'NGGPMarginalGibbs':<22}{mean:8.2f}{sd:6.2f}{rhat:7.3f}  {ours}")
+        print(f"{'':<28}{'BNPdensity':<22}{ref_mean:8.2f}{ref_sd:6.2f}{'':>7}  {theirs}")
+        rows[name] = dict(K=mean, K_sd=sd, rhat=rhat, reference=(ref_mean, ref_sd))
+    return rows
+
+
 def plot_galaxies(data, grid, rows, path):
     """Left: the posterior mean densities of every engine over the data's histogram; right:
     the samplers' posterior of the number of clusters."""
