@@ -32,8 +32,8 @@ FULL = {
         sweeps=(1000, 4000), nuts_draws=(500, 1000), priors=("DP", "NIG"),
         published_sweeps=((1000, 4000), (500, 2000)),
     ),
-    "digits": dict(sweeps=(200, 400), fraction=1.0),
-    "reuters": dict(sweeps=(200, 400), fraction=1.0),
+    "digits": dict(sweeps=(200, 400), fraction=1.0, split_merge=20),
+    "reuters": dict(sweeps=(200, 400), fraction=1.0, split_merge=20),
     "features": dict(
         num_train=300, num_test=200, capacity=32, refine_passes=100, sweeps=(200, 800),
         hmc_iterations=(100, 100), hmc_chains=2, truncation=24, num_draws=20, num_samples=1000,
@@ -42,8 +42,8 @@ FULL = {
 
 QUICK = {
     "galaxies": dict(sweeps=(100, 200), nuts_draws=(100, 100), priors=("DP",)),
-    "digits": dict(sweeps=(100, 200), fraction=1 / 3),
-    "reuters": dict(sweeps=(100, 200), fraction=1 / 3),
+    "digits": dict(sweeps=(100, 200), fraction=1 / 3, split_merge=20),
+    "reuters": dict(sweeps=(100, 200), fraction=1 / 3, split_merge=20),
     "features": dict(
         num_train=100, num_test=100, capacity=24, refine_passes=30, sweeps=(30, 70),
         hmc_iterations=(10, 10), hmc_chains=2, truncation=12, num_draws=6, num_samples=300,

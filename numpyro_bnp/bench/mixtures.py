@@ -57,15 +57,15 @@ def run_streaming(engine_cls, model, train, test, model_kwargs, grid=None, **opt
     return row
 
 
-def run_gibbs(model, train, test, model_kwargs, warmup, samples, grid=None):
-    """The Gibbs sampler's row; its seconds: the vectorized chains' time per sweep (timed
-    compiled) times the sweeps."""
+def run_gibbs(model, train, test, model_kwargs, warmup, samples, grid=None, **options):
+    """The Gibbs sampler's row (``options``: the kernel's, e.g. ``split_merge``); its seconds:
+    the vectorized chains' time per sweep (timed compiled) times the sweeps."""
     import jax
     from jax import random
 
     from numpyro_bnp.infer import NGGPMarginalGibbs
 
-    kernel = NGGPMarginalGibbs(model)
+    kernel = NGGPMarginalGibbs(model, **options)
 
     def run(mcmc):
         fields = ("num_clusters", "saturated")
@@ -353,7 +353,8 @@ def documents(name):
 
 
 def bench_documents(settings, name, concentration, capacity):
-    """``settings``: ``sweeps`` of the Gibbs sampler, ``fraction`` of the training documents."""
+    """``settings``: ``sweeps`` of the Gibbs sampler and its ``split_merge`` moves per sweep,
+    ``fraction`` of the training documents."""
     from numpyro_bnp import models
     from numpyro_bnp.infer import ADFNRM, EPNRM
 
@@ -373,7 +374,9 @@ def bench_documents(settings, name, concentration, capacity):
         rows[f"ADF {prior}"] = run_streaming(ADFNRM, model, train, test, kw, **opts)
         rows[f"EP {prior}"] = run_streaming(EPNRM, model, train, test, kw, num_passes=5, **opts)
         gibbs_kw = dict(kw, num_obs=len(train), max_clusters=capacity)
-        rows[f"Gibbs {prior}"], _ = run_gibbs(model, train, test, gibbs_kw, *settings["sweeps"])
+        rows[f"Gibbs {prior}"], _ = run_gibbs(
+            model, train, test, gibbs_kw, *settings["sweeps"], split_merge=settings["split_merge"]
+        )
     print_table(
         f"{name} ({len(train)} train / {len(test)} test documents, vocabulary "
         f"{train.shape[1]:,}, λ0 = {concentration})",
