@@ -28,7 +28,7 @@ from numpyro_bnp import diagnostics, models
 from numpyro_bnp.arviz_compat import arviz, group
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import NGGPMarginalGibbs
-from numpyro_bnp.infer.nggp_gibbs import _step
+from numpyro_bnp.infer._nggp_sweep import _step
 
 X1 = np.array([[-2.1], [-1.8], [0.2], [2.0], [2.3]])
 NORMAL = dict(num_obs=5, dim=1, mass=1.0, sigma=0.5, tau=1.0, sigma_mu=2.0, sigma_o=0.7)
@@ -227,10 +227,12 @@ def test_recovers_three_gaussian_clusters_and_exports_to_arviz():
     labels = np.asarray(mcmc.get_samples()["z"])
     fields = mcmc.get_extra_fields()
     assert np.bincount(np.asarray(fields["num_clusters"])).argmax() == 3
-    # the truth's partition, up to naming: rows together exactly when their true labels agree
+    # the truth's partition, up to naming, is the posterior's point estimate: rows together in
+    # more than half of the draws exactly when their true labels agree (the posterior also
+    # splits a true cluster in two in about a quarter of the draws at these settings)
     same = truth[:, None] == truth[None, :]
     together = labels[:, :, None] == labels[:, None, :]
-    assert np.mean(together == same) > 0.995
+    np.testing.assert_array_equal(together.mean(0) > 0.5, same)
     assert not np.any(fields["saturated"])
     data = diagnostics.from_mcmc(mcmc)
     log_lik = group(data, "log_likelihood")["obs"]

@@ -35,7 +35,7 @@ from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import NGGPMarginalGibbs
 from numpyro_bnp.infer._mixture_model import MixtureNumbers
-from numpyro_bnp.infer.nggp_gibbs import _Config, _log_joint_u
+from numpyro_bnp.infer._nggp_sweep import _Config, _log_joint_u
 
 MASS = (2.0, 2.0)  # Gamma(shape, rate) prior of the mass: mean 1
 SIGMA = (2.0, 3.0)  # Beta prior of σ: mean 0.4
@@ -243,7 +243,7 @@ def test_gibbs_block_with_nuts_recovers_the_noise_scale():
         NGGPMarginalGibbs(functools.partial(noise_model, sigma_o=float(s))).log_predictive(
             z[None], new, x, num_obs=45
         )
-        for z, s in zip(draws["z"], draws["sigma_o"])
+        for z, s in zip(draws["z"], draws["sigma_o"], strict=True)
     ]
     want = logsumexp(np.array(per_draw), axis=0) - np.log(len(per_draw))
     np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -7,8 +7,8 @@ NGGP given its auxiliary variable ``U`` (``docs/nrm.md``, "The marginal Gibbs sa
 
 .. math::
     p(z \mid U) \propto \prod_{k=1}^{K} a (U + τ)^{σ} \frac{Γ(n_k - σ)}{Γ(1 - σ)}
-    \quad\text{(the joint of } (z, U) \text{ of the Gibbs sampler's module docstring),}
 
+(the joint of ``(z, U)`` of the Gibbs sampler's sweep, :mod:`numpyro_bnp.infer._nggp_sweep`),
 and the components are integrated out: a cluster ``C`` contributes its marginal likelihood
 ``exp(A(H_0 + x_C) − A(H_0)) Π_{n∈C} h(x_n)`` (:mod:`numpyro_bnp.families`; the ``h`` terms are
 the same on both sides of a move and cancel).
