@@ -6,6 +6,9 @@ share a chain do (module fixtures): the beta–Bernoulli prior-only chain also s
 growth and the chain-method tests.
 """
 
+import re
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,16 +60,46 @@ def bb_prior():
     """One beta–Bernoulli prior-only run, 4 vectorized chains: 20 sweeps on a buffer of 4 atoms
     (saturated), then :meth:`CRMSlice.grow` to 64 atoms and 1,600 more sweeps."""
     kernel = CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_features=4)
-    mcmc = run(kernel, 20, num_warmup=0, **BB_PRIOR)
+    with pytest.warns(RuntimeWarning, match="atom buffer") as small_warnings:
+        mcmc = run(kernel, 20, num_warmup=0, **BB_PRIOR)
     small = {
         "samples": mcmc.get_samples(group_by_chain=True),
         "saturated": np.asarray(mcmc.get_extra_fields(group_by_chain=True)["saturated"]),
+        "warnings": [str(w.message) for w in small_warnings],
     }
     state = kernel.grow(mcmc.last_state, 64)
     mcmc.post_warmup_state = state
     mcmc.num_samples = BB_BURN_IN + 1500
-    mcmc.run(random.PRNGKey(1), **BB_PRIOR)
-    return dict(kernel=kernel, small=small, grown_state=state, mcmc=mcmc)
+    with warnings.catch_warnings(record=True) as grown_warnings:
+        warnings.simplefilter("always")
+        mcmc.run(random.PRNGKey(1), **BB_PRIOR)
+    grown = [str(w.message) for w in grown_warnings]
+    return dict(kernel=kernel, small=small, grown_state=state, mcmc=mcmc, grown_warnings=grown)
+
+
+def saturation_reports(messages):
+    """``{(chain, count, sweep)}`` read from saturation warnings ("chain c: k of i sweeps", or
+    "in k of i sweeps" for one chain: chain ``None``)."""
+    found = set()
+    for message in messages:
+        for chain, count, sweep in re.findall(r"chain (\d+): (\d+) of (\d+) sweeps", message):
+            found.add((int(chain), int(count), int(sweep)))
+        for count, sweep in re.findall(r"full in (\d+) of (\d+) sweeps", message):
+            found.add((None, int(count), int(sweep)))
+    return found
+
+
+def expected_reports(saturated, vectorized):
+    """The reports of the saturation warnings of ``saturated`` ``(chain, sweep)``: a warning in a
+    sweep where a saturated chain's count of saturated sweeps reaches 1, 2, 4, ...; vectorized
+    chains report every chain saturated in that sweep (chain ``None`` one at a time)."""
+    counts = np.cumsum(saturated, axis=1)
+    first = saturated & (counts & (counts - 1) == 0)
+    warned = first.any(0, keepdims=True) if vectorized else first
+    return {
+        (c if vectorized else None, int(counts[c, i]), i + 1)
+        for c, i in zip(*np.nonzero(saturated & warned), strict=True)
+    }
 
 
 def test_prior_only_beta_bernoulli_matches_c_harmonic(bb_prior):
@@ -82,7 +115,14 @@ def test_prior_only_beta_bernoulli_matches_c_harmonic(bb_prior):
 
 
 def test_saturation_is_reported_and_grow_continues(bb_prior):
-    assert np.any(bb_prior["small"]["saturated"])  # a buffer of 4 atoms is too small here
+    saturated = bb_prior["small"]["saturated"]
+    assert np.any(saturated)  # a buffer of 4 atoms is too small here
+    # vectorized chains: a host warning names the chains and counts the saturated sweeps
+    # (again when a chain's count doubles); none once the buffer suffices
+    expected = expected_reports(saturated, vectorized=True)
+    assert saturation_reports(bb_prior["small"]["warnings"]) == expected
+    assert all("kernel.grow(mcmc.last_state)" in m for m in bb_prior["small"]["warnings"])
+    assert not [m for m in bb_prior["grown_warnings"] if "atom buffer" in m]
     assert bb_prior["small"]["samples"]["X"].shape == (4, 20, 6, 4)
     state = bb_prior["grown_state"]
     assert state.z["X"].shape == (4, 6, 64) and state.arrivals.shape == (4, 64)
@@ -94,9 +134,10 @@ def test_saturation_is_reported_and_grow_continues(bb_prior):
 
 
 def test_chain_methods_agree(bb_prior):
-    # the saturated start of the shared run again, chains one after the other: the same draws;
-    # "parallel" without host devices: numpyro warns and runs the chains sequentially
-    with pytest.warns(UserWarning, match="not enough devices"):
+    # the saturated start of the shared run again, chains one after the other: the same draws
+    # and the same saturation warnings, one chain at a time; "parallel" without host devices:
+    # numpyro warns and runs the chains sequentially
+    with pytest.warns(UserWarning, match="not enough devices") as record:
         mcmc = MCMC(
             CRMSlice(beta_bernoulli_linear_gaussian, xi_scale=3.0, max_features=4),
             num_warmup=0,
@@ -109,6 +150,9 @@ def test_chain_methods_agree(bb_prior):
     sequential = mcmc.get_samples(group_by_chain=True)
     for name, value in bb_prior["small"]["samples"].items():
         np.testing.assert_allclose(sequential[name], value, rtol=1e-5, atol=1e-6)
+    messages = [str(w.message) for w in record if "atom buffer" in str(w.message)]
+    expected = expected_reports(bb_prior["small"]["saturated"], vectorized=False)
+    assert saturation_reports(messages) == expected
 
 
 @pytest.mark.parametrize("representation", ["bondesson", "rejection"])
@@ -193,7 +237,7 @@ def test_geweke_successive_conditional_keeps_the_joint():
         x, psi = state.z["X"], state.z["psi"]
         mean = x.astype(psi.dtype) @ psi
         y = mean + sigma_o * random.normal(key, mean.shape, mean.dtype)
-        state = kernel._sample_one(state._replace(obs=y, residual=y - mean))
+        state = kernel.sample(state, (y,), kwargs)  # the sweep reads the data it is given
         return state, (state.num_active, jnp.mean(y**2))
 
     def chain(state, key):
@@ -214,6 +258,12 @@ LJ_MODELS = {  # model, its kwargs, Lévy log density log ν(θ), h_0(θ) = P(a 
         beta_bernoulli_linear_gaussian,
         dict(mass=1.5, concentration=2.0, sigma_a=0.8, sigma_o=0.5),
         lambda t: np.log(1.5 * 2.0) - np.log(t) + (2.0 - 1.0) * np.log1p(-t),
+        lambda t: 1.0 - t,
+    ),
+    "beta_bernoulli_unit": (  # concentration 1: atoms up to 1 - 1e-20, Λ's upper limit
+        beta_bernoulli_linear_gaussian,
+        dict(mass=1.0, concentration=1.0, sigma_a=0.8, sigma_o=0.5),
+        lambda t: -np.log(t),
         lambda t: 1.0 - t,
     ),
     "gamma_poisson": (
@@ -261,6 +311,7 @@ def _model_densities(model, args, kwargs, values, condition_theta):
     [
         ("beta_bernoulli", "inverse_levy"),
         ("beta_bernoulli", "bondesson"),  # V ~ Beta(1, 1): marks sampled
+        ("beta_bernoulli_unit", "bondesson"),  # V = 1
         ("gamma_poisson", "inverse_levy"),
     ],
 )
@@ -279,7 +330,7 @@ def test_log_joint_is_the_models_log_density_at_the_state(name, representation):
     args = (jnp.asarray(LJ_Y),)
     state = kernel.init(random.PRNGKey(0), 0, None, args, kwargs)
     # no atom: exp(-Λ(0)) and the data given X ψ = 0
-    top = 1.0 if name == "beta_bernoulli" else np.inf  # the largest possible atom
+    top = 1.0 if name.startswith("beta_bernoulli") else np.inf  # the largest possible atom
     noise = -0.5 * np.sum(LJ_Y**2) / 0.25 - LJ_Y.size * np.log(0.5 * np.sqrt(2 * np.pi))
     empty = noise - _expected_used_after(log_nu, h0, top)
     np.testing.assert_allclose(float(state.log_joint), empty, rtol=1e-9)
@@ -308,7 +359,8 @@ def test_log_joint_is_the_models_log_density_at_the_state(name, representation):
         else:  # Bondesson atoms are not in order: the model's density of θ does not apply
             atoms = float(model_lp) - last  # -Γ_K: the atoms in the sampler's coordinates
             upper = top
-            scale = np.exp(-last / (1.5 * 2.0))  # ρ = e^{-Γ_K/c}, Bondesson's c = γλ
+            c = kwargs["mass"] * kwargs["concentration"]  # Bondesson's c = γλ
+            scale = np.exp(-last / c)  # ρ = e^{-Γ_K/c}
         lam = _expected_used_after(log_nu, h0, upper, scale)
         np.testing.assert_allclose(float(state.log_joint), atoms - lam, rtol=1e-9)
         np.testing.assert_allclose(float(state.log_likelihood), float(log_lik), rtol=1e-9)

@@ -1,4 +1,4 @@
-"""CRMSlice on the beta–negative-binomial topic model (``models.bnb_combinatorial_clustering``).
+"""CRMTopicSlice on the beta–negative-binomial topic model (models.bnb_combinatorial_clustering).
 
 Prior-only moments (exact values), a Geweke successive-conditional test started from exact joint
 prior draws, recovery of well-separated topics, ArviZ export, bad models. Monte-Carlo tolerances
@@ -19,7 +19,9 @@ from numpyro.infer import MCMC
 from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions import BetaProcess, GammaProcess
-from numpyro_bnp.infer import CRMSlice
+from numpyro_bnp.infer import CRMTopicSlice
+from numpyro_bnp.infer._crm_topics import document_tokens, token_counts
+from numpyro_bnp.infer.crm_topic_slice import _sweep
 from numpyro_bnp.models import bnb_combinatorial_clustering
 
 # tiny model: 3 documents of prior length 1.5, λ = 3 (Bondesson marks V ~ Beta(1, 2) move), V = 4
@@ -47,7 +49,7 @@ PURITY = (BETA + 1.0) / (VOCAB * BETA + 1.0)
 # ---------------------------------------------------------------------------------------------
 def test_prior_only_matches_digamma_formula():
     mcmc = MCMC(
-        CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=32),
+        CRMTopicSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=32),
         num_warmup=200,
         num_samples=800,
         num_chains=8,
@@ -87,7 +89,8 @@ def exact_prior_state(kernel, template, rng):
     while True:
         gamma = np.cumsum(rng.exponential(size=CAP))
         marks = rng.uniform(size=CAP)
-        theta = np.asarray(kernel._atoms.theta(jnp.asarray(gamma), jnp.asarray(marks)))
+        atoms = kernel.constants.atoms
+        theta = np.asarray(atoms.theta(jnp.asarray(gamma), jnp.asarray(marks)))
         x = rng.negative_binomial(R[:, None], 1.0 - theta[None, :])  # failures: mean rθ/(1-θ)
         if x.sum(1).max() <= TOKENS:
             break
@@ -110,7 +113,8 @@ def exact_prior_state(kernel, template, rng):
 def regenerate_words(key, state):
     """``(words, their topics) | X, ψ``: document ``d`` gets ``X_dk`` words from ``ψ_k``, in a
     uniformly random order (the tokens of a document are exchangeable: the kernel's target for
-    the topics given the words is that of randomly ordered tokens)."""
+    the topics given the words is that of randomly ordered tokens). Returns the words and the
+    state with their topics."""
     x, topics = state.counts, state.z["topics"]
     position = jnp.arange(TOKENS)
 
@@ -124,14 +128,14 @@ def regenerate_words(key, state):
         return jnp.where(valid, words, -1).astype(jnp.int32), jnp.where(valid, atom, 0)
 
     words, allocation = jax.vmap(document)(random.split(key, x.shape[0]), x)
-    return state._replace(obs=words, allocation=allocation.astype(jnp.int32))
+    return words, state._replace(allocation=allocation.astype(jnp.int32))
 
 
 def test_geweke_successive_conditional_keeps_the_joint():
     # Both steps keep every document's length, so each chain stays on its lengths: started from
     # exact joint prior draws (independent chains), every later state is again a joint prior
     # draw. Chains are i.i.d., so the standard error comes from the spread of the chain means.
-    kernel = CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=CAP)
+    kernel = CRMTopicSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=CAP)
     template_counts = np.zeros((len(R), VOCAB), np.int64)
     template_counts[0, 0] = TOKENS  # the token buffer holds TOKENS words per document
     kwargs = {k: v for k, v in TINY.items()}
@@ -142,7 +146,8 @@ def test_geweke_successive_conditional_keeps_the_joint():
     s_dirichlet = PURITY
 
     def step(state, key):
-        state = kernel._sample_one(regenerate_words(key, state))
+        words, state = regenerate_words(key, state)
+        state = _sweep(kernel.constants, words, state)  # one sweep on these words
         x, topics = state.counts, state.z["topics"]
         active = jnp.any(x > 0, axis=0)
         purity = jnp.sum(jnp.where(active, jnp.sum(topics**2, -1) - s_dirichlet, 0.0))
@@ -172,7 +177,7 @@ def test_log_joint_is_the_collapsed_log_density_at_the_state():
     from scipy.special import gammaln
 
     counts = np.random.default_rng(5).poisson(1.5, size=(len(R), VOCAB))
-    kernel = CRMSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=16)
+    kernel = CRMTopicSlice(bnb_combinatorial_clustering, xi_scale=2.0, max_features=16)
     args = (jnp.asarray(counts),)
     state = kernel.init(random.PRNGKey(0), 0, None, args, TINY)
     sweep = jax.jit(lambda s: kernel.sample(s, args, TINY))
@@ -186,7 +191,7 @@ def test_log_joint_is_the_collapsed_log_density_at_the_state():
         k = int(state.num_atoms)
         theta = np.asarray(state.z["theta"][:k])
         x, topics = np.asarray(state.counts[:, :k]), np.asarray(state.z["topics"][:k])
-        words, topic_of = np.asarray(state.obs), np.asarray(state.allocation)
+        words, topic_of = document_tokens(counts), np.asarray(state.allocation)
         valid = words >= 0
         last = float(state.arrivals[k - 1])
         rho = np.exp(-last / c)
@@ -226,7 +231,7 @@ def documents():
 def topic_run(documents):
     counts, _ = documents
     mcmc = MCMC(
-        CRMSlice(bnb_combinatorial_clustering, max_features=20),
+        CRMTopicSlice(bnb_combinatorial_clustering, max_features=20),
         num_warmup=200,
         num_samples=100,
         num_chains=2,
@@ -290,16 +295,15 @@ def test_arviz_export(topic_run, documents):
 def test_grow_pads_the_topic_state(documents, topic_run):
     counts, _ = documents
     kernel = topic_run.sampler
-    state = kernel.grow(jax.tree.map(lambda x: x[0], topic_run.last_state), 24)
-    assert state.z["rates"].shape == (40, 24) and state.z["topics"].shape == (24, 12)
-    assert state.counts.shape == (40, 24)
-    assert np.array_equal(state.counts[:, :20], topic_run.last_state.counts[0])
-    state = jax.jit(kernel._sample_one)(state)
-    words = np.asarray(state.obs)
-    rows = np.repeat(np.arange(40)[:, None], words.shape[1], 1)
-    recount = np.zeros((40, 24), int)
-    np.add.at(recount, (rows[words >= 0], np.asarray(state.allocation)[words >= 0]), 1)
-    assert np.array_equal(recount, state.counts)
+    state = kernel.grow(jax.tree.map(lambda x: x[:1], topic_run.last_state), 24)
+    assert state.z["rates"].shape == (1, 40, 24) and state.z["topics"].shape == (1, 24, 12)
+    assert state.counts.shape == (1, 40, 24)
+    assert np.array_equal(state.counts[0, :, :20], topic_run.last_state.counts[0])
+    kwargs = dict(doc_lengths=counts.sum(1), vocab_size=12)
+    state = jax.jit(lambda s: kernel.sample(s, (counts,), kwargs))(state)
+    state = jax.tree.map(lambda x: x[0], state)
+    words = jnp.asarray(document_tokens(counts))
+    assert np.array_equal(token_counts(words, state.allocation, 24), state.counts)
     assert np.array_equal(state.counts.sum(1), counts.sum(1))
     assert state.parity == count_parity(state.counts)
 
@@ -341,13 +345,13 @@ def shifted_poisson_words(counts):
     ],
 )
 def test_bad_topic_models_name_the_site(model, match):
-    mcmc = MCMC(CRMSlice(model), num_warmup=1, num_samples=1, progress_bar=False)
+    mcmc = MCMC(CRMTopicSlice(model), num_warmup=1, num_samples=1, progress_bar=False)
     with pytest.raises(ValueError, match=match):
         mcmc.run(random.PRNGKey(0), np.ones((4, 3)))
 
 
 def test_bad_word_counts_and_lengths():
-    mcmc = MCMC(CRMSlice(bnb_combinatorial_clustering), num_warmup=1, num_samples=1)
+    mcmc = MCMC(CRMTopicSlice(bnb_combinatorial_clustering), num_warmup=1, num_samples=1)
     with pytest.raises(ValueError, match="site 'counts' must be non-negative integers"):
         mcmc.run(random.PRNGKey(0), np.full((2, 3), 0.5), doc_lengths=[1.0, 1.0], vocab_size=3)
     # the model rejects a zero length first (even without NumPyro's own validation)

@@ -27,21 +27,29 @@ CRM_SITES = ["theta", "X", "psi"]
 
 
 def hyper_model(obs=None, *, num_obs=3, dim=1):
-    """The beta–Bernoulli model with Gamma priors on the noise and trait scales."""
+    """The beta–Bernoulli model with Gamma priors on the mass, the noise and the trait scales."""
+    mass = numpyro.sample("mass", dist.Gamma(4.0, 4.0))  # mean 1, sd 0.5
     sigma_o = numpyro.sample("sigma_o", dist.Gamma(10.0, 20.0))  # mean 0.5, sd 0.16
     sigma_a = numpyro.sample("sigma_a", dist.Gamma(10.0, 10.0))  # mean 1, sd 0.32
     return beta_bernoulli_linear_gaussian(
-        obs, num_obs=num_obs, dim=dim, sigma_o=sigma_o, sigma_a=sigma_a, max_features=20
+        obs,
+        num_obs=num_obs,
+        dim=dim,
+        mass=mass,
+        sigma_o=sigma_o,
+        sigma_a=sigma_a,
+        max_features=20,
     )
 
 
 def test_geweke_gibbs_with_nuts_keeps_the_joint():
-    # successive conditionals: y ~ f(· | X, ψ, σ), then one Gibbs sweep (CRMSlice, then NUTS on
-    # σ and σ_0) given y; the chain must keep the joint prior of (θ, X, ψ, σ, σ_0, y)
+    # successive conditionals: y ~ f(· | X, ψ, σ), then one Gibbs sweep (CRMSlice with its mass
+    # update, then NUTS on σ and σ_0) given y; the chain must keep the joint prior of
+    # (c, θ, X, ψ, σ, σ_0, y)
     n, warmup, steps, chains = 3, 200, 2500, 4
     kernel = Gibbs(
         [
-            (CRMSlice(hyper_model, xi_scale=2.0), CRM_SITES),
+            (CRMSlice(hyper_model, xi_scale=2.0), [*CRM_SITES, "mass"]),
             (NUTS(hyper_model, max_tree_depth=4), ["sigma_o", "sigma_a"]),
         ]
     )
@@ -61,18 +69,25 @@ def test_geweke_gibbs_with_nuts_keeps_the_joint():
         mean = v["X"].astype(v["psi"].dtype) @ v["psi"]
         y = mean + v["sigma_o"] * random.normal(key, mean.shape, mean.dtype)
         state = kernel.sample(state, (y,), {})
-        out = (state.block_states[0].num_active, v["sigma_o"], v["sigma_a"], jnp.mean(y**2))
+        out = (
+            state.block_states[0].num_active,
+            v["mass"],
+            v["sigma_o"],
+            v["sigma_a"],
+            jnp.mean(y**2),
+        )
         return state, out
 
     def chain(state, key):
         return lax.scan(step, state, random.split(key, steps))[1]
 
     out = jax.jit(jax.vmap(chain))(states, random.split(random.PRNGKey(2), chains))
-    k_plus, sigma_o, sigma_a, y2 = (np.asarray(o)[:, warmup + 100 :] for o in out)
-    check_mean(k_plus, 1.0 + 1.0 / 2.0 + 1.0 / 3.0)  # E[K+] = c H_N, c = 1
+    k_plus, mass, sigma_o, sigma_a, y2 = (np.asarray(o)[:, warmup + 100 :] for o in out)
+    check_mean(mass, 1.0)
+    check_mean(k_plus, 1.0 + 1.0 / 2.0 + 1.0 / 3.0)  # E[K+] = E[c] H_N, E[c] = 1
     check_mean(sigma_o, 0.5)
     check_mean(sigma_a, 1.0)
-    # E[y²] = E[σ²] + E[σ_0²] E[Σ_k X_nk] = (0.025 + 0.25) + (0.1 + 1) c
+    # E[y²] = E[σ²] + E[σ_0²] E[Σ_k X_nk] = (0.025 + 0.25) + (0.1 + 1) E[c]
     check_mean(y2, 0.275 + 1.1)
 
 
@@ -86,16 +101,20 @@ def synthetic():
 
 
 def noise_model(obs=None, *, num_obs, dim):
+    mass = numpyro.sample("mass", dist.Gamma(2.0, 1.0))
     sigma_o = numpyro.sample("sigma_o", dist.HalfNormal(1.0))
     return beta_bernoulli_linear_gaussian(
-        obs, num_obs=num_obs, dim=dim, sigma_o=sigma_o, sigma_a=1.0
+        obs, num_obs=num_obs, dim=dim, mass=mass, sigma_o=sigma_o, sigma_a=1.0, max_features=20
     )
 
 
 @pytest.fixture(scope="module")
 def gibbs_run(synthetic):
+    # the mass updated inside the CRM block, NUTS on the noise scale
     y, _ = synthetic
-    kernel = Gibbs([(CRMSlice(noise_model), CRM_SITES), (NUTS(noise_model), ["sigma_o"])])
+    kernel = Gibbs(
+        [(CRMSlice(noise_model), [*CRM_SITES, "mass"]), (NUTS(noise_model), ["sigma_o"])]
+    )
     mcmc = MCMC(kernel, num_warmup=250, num_samples=150, progress_bar=False)
     fields = ("block_states.0.num_active", "block_states.0.saturated")
     mcmc.run(random.PRNGKey(0), y, num_obs=100, dim=12, extra_fields=fields)
@@ -125,7 +144,8 @@ def test_gibbs_recovers_noise_and_features(synthetic, gibbs_run):
 def test_gibbs_exports_to_arviz(gibbs_run):
     data = from_numpyro(gibbs_run)
     posterior = group(data, "posterior")
-    assert set(posterior.data_vars) == {"sigma_o", "theta", "X", "psi"}
+    assert set(posterior.data_vars) == {"mass", "sigma_o", "theta", "X", "psi"}
+    assert np.all(posterior["mass"].values > 0)
     assert posterior["sigma_o"].shape == (1, 150)
     log_lik = group(data, "log_likelihood")["obs"].values
     assert log_lik.shape[:2] == (1, 150) and np.all(np.isfinite(log_lik))

@@ -2,6 +2,7 @@
 
 from numpyro_bnp.infer.baselines import AcceleratedIBPGibbs, AcceleratedIBPGibbsState
 from numpyro_bnp.infer.crm_slice import CRMSlice, CRMSliceState
+from numpyro_bnp.infer.crm_topic_slice import CRMTopicSlice, CRMTopicSliceState
 from numpyro_bnp.infer.nggp_gibbs import NGGPMarginalGibbs, NGGPMarginalGibbsState
 from numpyro_bnp.infer.nrm import ADFNRM, NRMInfo, NRMResult, NRMState
 from numpyro_bnp.infer.nrm_ep import EPNRM
@@ -31,6 +32,8 @@ __all__ = [
     "BadBatchError",
     "CRMSlice",
     "CRMSliceState",
+    "CRMTopicSlice",
+    "CRMTopicSliceState",
     "NGGPMarginalGibbs",
     "NGGPMarginalGibbsState",
     "NRMInfo",

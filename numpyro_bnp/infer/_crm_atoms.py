@@ -19,16 +19,28 @@ The log density of the sampler's state (:meth:`AtomSeries.log_arrivals`,
 :func:`numpyro_bnp.infer._crm_target.log_joint`) is taken in the sampler's own coordinates:
 the arrivals ``Γ_1 < … < Γ_K`` of the instantiated atoms (Lebesgue measure), their uniform marks
 ``P_k`` (Lebesgue on ``(0, 1)``, density 1) and the counts (counting measure).
+
+**The mass.** Every CRM here has a Lévy measure proportional to its mass, ``ν_α = α ν_1``, and
+every series scales with it: ``τ_α(V, Γ) = τ_1(V, Γ/α)`` (Bondesson's constant is ``α`` times
+that of the unit mass, ``N_α^{-1}(Γ) = N_1^{-1}(Γ/α)``, and so for the dominating measure of the
+rejection series). :meth:`AtomSeries.at_mass` gives the series at another (traced) mass, and
+:func:`mass_conditional` the exact conditional of the mass given the atoms.
 """
+
+import copy
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from jax import lax, random
 from jax.scipy.special import gammaln, xlog1py, xlogy
 
 from numpyro_bnp._math import logit
 from numpyro_bnp.distributions.crm import BetaProcess, _composite_rule
+from numpyro_bnp.infer._mcmc import slice_sample
+
+__all__ = ["AtomSeries", "draw_mass", "mass_conditional", "with_mass"]
 
 _TAIL_SPAN = 60.0  # log-atom range of the quadrature of Λ below its upper limit
 
@@ -69,6 +81,7 @@ class AtomSeries:
         self.n_gamma, self.gamma_step = n_gamma, gamma_step
         self.n_marks, self.mark_step = n_marks, mark_step
         unit_beta = isinstance(crm, BetaProcess) and float(crm.concentration) == 1.0
+        self._mass = float(crm.mass)
         if representation == "bondesson":
             self.scale = float(crm._bondesson_constant_and_quantile(jnp.asarray(0.5, dtype))[0])
             self.fixed_marks = unit_beta  # V ~ Beta(1, 0) = δ_1
@@ -82,7 +95,22 @@ class AtomSeries:
         self._bounded = bool(np.isfinite(crm.upper))  # beta-process atoms lie in (0, 1)
         # atoms above this level have expected number e^{-46}: the upper limit of Λ's integral
         top = float(self.crm._inverse_tail(jnp.asarray(-46.0, dtype)))
+        if self._bounded:  # below 1 in the dtype (ν with λ = 1 has mass e^{-46} only at 1 - 1e-20)
+            top = min(top, 1.0 - float(jnp.finfo(dtype).eps))
         self._log_top = float(logit(top) if self._bounded else np.log(top))
+
+    def at_mass(self, mass):
+        """This series at the CRM mass ``mass`` (a scalar, may be traced): the same representation
+        and count law with ``ν`` scaled by ``mass / α`` (module docstring, "The mass").
+
+        The upper limit of the quadrature of ``Λ`` stays that of the mass the series was built
+        with: the atoms above it have expected number ``e^{-46}`` times the ratio of the masses.
+        """
+        mass = jnp.asarray(mass, self.dtype)
+        series = copy.copy(self)
+        series.crm = with_mass(self.crm, mass)
+        series.scale = self.scale * mass / self._mass
+        return series
 
     def theta(self, gamma, marks):
         """Atom ``θ = τ(V, Γ)`` of the series representation (any shape)."""
@@ -268,3 +296,58 @@ class AtomSeries:
         moves = num_atoms * self.n_marks
         rate = jnp.where(moves > 0, accepted / jnp.maximum(moves, 1), 0.0)
         return marks, rate.astype(self.dtype)
+
+
+def with_mass(crm, mass, name="mass"):
+    """The distribution ``crm`` with its parameter ``name`` (a CRM's ``mass``; ``alpha`` of a
+    ``RecursiveIBP``) replaced by ``mass``."""
+    names = type(crm).gather_pytree_data_fields()
+    values, aux = crm.tree_flatten()
+    values = tuple(mass if n == name else v for n, v in zip(names, values, strict=True))
+    return type(crm).tree_unflatten(aux, values)
+
+
+def mass_conditional(mass, last_arrival, num_atoms, log_no_later_use):
+    r"""The shape and rate increments of the mass's conditional given the atoms.
+
+    In the sampler's coordinates the arrivals ``Γ_k`` are a unit-rate Poisson process whatever
+    the mass ``α``, and ``θ_k = τ_1(V_k, Γ_k/α)`` (module docstring, "The mass"). Holding the
+    atoms ``θ_k`` fixed, i.e. ``T_k = Γ_k/α``, the ``T_k`` are the arrivals of a Poisson process
+    of rate ``α``: ``p(T_1 < … < T_K | α) = α^K e^{-α T_K}``; the counts depend on ``T`` only and
+    the tail none of whose atoms a row uses has probability ``e^{-Λ_α(T_K)}`` with
+    ``Λ_α = α Λ_1`` (``ν_α = α ν_1``). Hence
+
+    .. math::
+        p(α \mid T, V, X, ψ, y) \propto p(α)\, α^K e^{-α S}, \qquad
+        S = T_K + Λ_1(T_K) = (Γ_K + Λ_α(Γ_K)) / α,
+
+    conjugate to a ``Gamma(a, b)`` prior: ``α | · ~ Gamma(a + K, b + S)``. After a new ``α'``
+    the arrivals become ``Γ' = α' T`` (the atoms do not move).
+
+    :param mass: the current mass ``α``; :param last_arrival: ``Γ_K`` (0 for ``K = 0``);
+    :param num_atoms: ``K``; :param log_no_later_use: ``-Λ_α(Γ_K)`` at the current mass
+        (:meth:`AtomSeries.log_no_later_use`). Scalars.
+    :return: ``(K, S)``: ``log p(α | ·) = log p(α) + K log α - α S + const``.
+    """
+    rate = (last_arrival - log_no_later_use) / mass
+    return jnp.asarray(num_atoms, rate.dtype), rate
+
+
+def draw_mass(key, prior, mass, last_arrival, num_atoms, log_no_later_use):
+    """A draw of the mass from its conditional (:func:`mass_conditional`) under ``prior``.
+
+    ``Gamma(a, b)``: the conjugate ``Gamma(a + K, b + S)``; any other prior on ``(0, ∞)``: one
+    slice-sampling update (:func:`~numpyro_bnp.infer._mcmc.slice_sample`) of ``log α``, density
+    ``p(α) α^{K+1} e^{-α S}`` (with the Jacobian ``α``). Arguments as in
+    :func:`mass_conditional`; returns the new mass, a scalar.
+    """
+    shape, rate = mass_conditional(mass, last_arrival, num_atoms, log_no_later_use)
+    dtype = rate.dtype
+    if type(prior) is dist.Gamma:
+        a = jnp.asarray(prior.concentration, dtype) + shape
+        return random.gamma(key, a, dtype=dtype) / (jnp.asarray(prior.rate, dtype) + rate)
+
+    def log_density(u):
+        return prior.log_prob(jnp.exp(u)) + (shape + 1.0) * u - jnp.exp(u) * rate
+
+    return jnp.exp(slice_sample(key, jnp.log(mass), log_density, jnp.asarray(1.0, dtype)))

@@ -1,7 +1,7 @@
 r"""The count step of :class:`~numpyro_bnp.infer.CRMSlice` for the models with a count site.
 
 Step 3 of the sweep of the slice sampler (Zhu, Bouchard-Côté & Campbell, *Slice sampling for
-general completely random measures*, UAI 2020; :mod:`numpyro_bnp.infer.crm_slice` and
+general completely random measures*, UAI 2020; :mod:`numpyro_bnp.infer._crm_sweep` and
 ``docs/crm_slice.md``, "What one sweep does") for the Normal latent trait models and the
 prior-only ones: given the slice variables, row ``n`` may use the atoms ``k <= K_n`` only, and the
 slice density (paper Eq. 25) adds the factor ``1/ξ(k_n)`` of the row's last used atom ``k_n``,

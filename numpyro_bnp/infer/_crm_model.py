@@ -25,12 +25,18 @@ counts: instead of a count site it has
 * a **topic site** ``(K, V)``: ``Dirichlet(β)`` with the same ``β`` for every atom;
 * the observed site ``(N, V)``: ``Poisson`` word counts with mean ``rates @ topics``.
 
+A CRM site (or a ``RecursiveIBP`` site, through its ``alpha``) may take its mass from a latent
+scalar **mass site** (``alpha ~ Gamma(a, b)``, then ``BetaProcess(alpha, ...)``): the mass is the
+site's value, and nothing else in the model depends on it (checked on two more traces); the
+kernel updates it given the atoms.
+
 As a block of :class:`numpyro.infer.Gibbs` the model is conditioned on the sites of the other
 blocks (``model_kwargs["_gibbs_sites"]``): those sites are set aside, the trait prior and the
 noise may depend on them (:meth:`CRMTraitModel.numbers` reads them at any values), the
-CRM and the count law may not.
+CRM, its mass site and the count law may not.
 """
 
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -43,6 +49,7 @@ from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
 from numpyro_bnp._checks import is_concrete, observed_array
 from numpyro_bnp.distributions import BetaProcess, CompletelyRandomMeasure, RecursiveIBP
+from numpyro_bnp.infer._crm_atoms import with_mass
 from numpyro_bnp.infer._model import (
     TracedSites,
     linear_gaussian_noise_var,
@@ -59,15 +66,20 @@ __all__ = ["CRMTraitModel", "CRMTraitNumbers", "read_crm_trait_model"]
 class CRMTraitNumbers(NamedTuple):
     """The data and Gaussian parameters of a CRM latent trait model at given site values.
 
-    :ivar obs: ``(N, D)`` observations, or ``None`` (prior-only).
-    :ivar noise_var: ``(D,)`` observation noise variance.
-    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry.
+    :ivar obs: ``(N, D)`` observations (topic model: ``(N, V)`` word counts), or ``None``
+        (prior-only).
+    :ivar noise_var: ``(D,)`` observation noise variance (``None`` for topics).
+    :ivar trait_loc, trait_var: ``(D,)`` prior mean and variance of each trait entry (``None``
+        for topics).
+    :ivar num_rows: ``N``, the rows of the model at these arguments (a Python int; ``None``
+        in the numbers a kernel hands its compiled sweep, which takes arrays only).
     """
 
     obs: jnp.ndarray | None
-    noise_var: jnp.ndarray
-    trait_loc: jnp.ndarray
-    trait_var: jnp.ndarray
+    noise_var: jnp.ndarray | None
+    trait_loc: jnp.ndarray | None
+    trait_var: jnp.ndarray | None
+    num_rows: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +100,8 @@ class CRMTraitModel:
     :ivar noise_var: ``(D,)`` observation noise variance (``None`` for topics).
     :ivar rate_site: the ``(N, K)`` Gamma rate site of the topic model.
     :ivar topic_concentration: ``(V,)`` Dirichlet ``β`` of every topic.
+    :ivar mass_site: the latent scalar site whose value is the CRM's mass, or ``None``.
+    :ivar mass_prior: the distribution of the mass site (``None`` without one).
     """
 
     model: object
@@ -108,32 +122,41 @@ class CRMTraitModel:
     observation: str = "linear_gaussian"
     rate_site: str | None = None
     topic_concentration: np.ndarray | None = None
+    mass_site: str | None = None
+    mass_prior: object = None
     site_summary: tuple = field(default=())
     engine: str = "this engine"
 
     def numbers(self, values, model_args=(), model_kwargs=None):
-        """The data and Gaussian parameters of the model with its CRM, count and trait sites set
-        to ``values``: a :class:`CRMTraitNumbers`.
+        """The data and Gaussian parameters of the model with its CRM, count (or rate) and trait
+        sites, and its mass site, set to ``values``: a :class:`CRMTraitNumbers`.
 
         Pure and traceable, so an engine reads them inside its compiled step; as a block of
         :class:`numpyro.infer.Gibbs` they follow the values of the other blocks' sites, which
-        arrive conditioned through ``model_kwargs``.
+        arrive conditioned through ``model_kwargs``; a run continued on new arguments reads the
+        new data.
         """
         model = handlers.substitute(self.model, data=values)
         tr = trace_model(model, model_args, model_kwargs, f"{self.engine} (reading its numbers)")
+        obs = tr[self.obs_site]
+        data = jnp.asarray(obs["value"]) if obs["is_observed"] else None
+        rows_of = self.rate_site if self.observation == "topics" else self.count_site
+        num_rows = int(tr[rows_of]["fn"].shape()[-2])
+        if self.observation == "topics":
+            return CRMTraitNumbers(data, None, None, None, num_rows)
         k = jnp.shape(values[self.trait_site])[0]
         trait = unwrap(tr[self.trait_site]["fn"])
-        noise = unwrap(tr[self.obs_site]["fn"])
+        noise = unwrap(obs["fn"])
 
         def row(x, shape):  # the (D,) parameters of the first row (all rows agree, read_...)
             return jnp.broadcast_to(x, shape)[0]
 
-        obs = tr[self.obs_site]
         return CRMTraitNumbers(
-            obs=jnp.asarray(obs["value"]) if obs["is_observed"] else None,
-            noise_var=row(noise.scale, (self.num_rows, self.dim)) ** 2,
+            obs=data,
+            noise_var=row(noise.scale, (num_rows, self.dim)) ** 2,
             trait_loc=row(trait.loc, (k, self.dim)),
             trait_var=row(trait.scale, (k, self.dim)) ** 2,
+            num_rows=num_rows,
         )
 
 
@@ -184,7 +207,8 @@ def _observed_and_atom_sites(read, rest, num_rows, after, truncation, kind, role
         others = [s["name"] for s in latent if len(atoms) != 1 or s is not atoms[0]]
         read.fail(
             f"exactly one other latent site: a {kind.__name__} {role} site of shape "
-            f"(K={truncation}, D={dim}) (unexpected latent sites: {others}; sample continuous "
+            f"(K={truncation}, D={dim}) (unexpected latent sites: {others}; a scalar site "
+            "whose value is the CRM's mass is updated by the kernel; sample other continuous "
             "hyper-parameters in another block of numpyro.infer.Gibbs)"
         )
     return obs, atoms[0]
@@ -212,6 +236,7 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
     model_kwargs = dict(model_kwargs or {})
     noise = np.random.default_rng(0)
     dtype = jnp.result_type(float)
+    stand_ins = {}  # one value per site: a second trace (the mass check) sees the same ones
 
     def stand_in(site):
         # Fixed values in the support instead of (slow, eager) draws of the atoms, topics and
@@ -220,14 +245,18 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
             return None  # deterministic sites, observed or given values
         base = unwrap(site["fn"])
         shape = site["fn"].shape()
-        if isinstance(base, CompletelyRandomMeasure):
-            return jnp.asarray(-np.sort(-noise.uniform(0.05, 0.95, shape)), dtype)
-        if isinstance(base, dist.Gamma):
-            return jnp.asarray(noise.uniform(0.5, 1.5, shape), dtype)
-        if isinstance(base, dist.Dirichlet):
-            value = noise.uniform(0.5, 1.5, shape)
-            return jnp.asarray(value / value.sum(-1, keepdims=True), dtype)
-        return None
+        key = (site["name"], tuple(shape))
+        if key not in stand_ins:
+            value = None
+            if isinstance(base, CompletelyRandomMeasure):
+                value = jnp.asarray(-np.sort(-noise.uniform(0.05, 0.95, shape)), dtype)
+            elif isinstance(base, dist.Gamma):
+                value = jnp.asarray(noise.uniform(0.5, 1.5, shape), dtype)
+            elif isinstance(base, dist.Dirichlet):
+                value = noise.uniform(0.5, 1.5, shape)
+                value = jnp.asarray(value / value.sum(-1, keepdims=True), dtype)
+            stand_ins[key] = value
+        return stand_ins[key]
 
     # sites of the other blocks of a Gibbs composite arrive conditioned: they are parameters here
     given = set(model_kwargs.get(GIBBS_SITES_KWARG, {}))
@@ -300,6 +329,11 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         used = [crm_node, count]
 
     rest = [s for s in sites if all(s is not u for u in used)]
+    retrace = functools.partial(TracedSites, model, model_args, model_kwargs, engine, given=given)
+    mass_node = _mass_site(read, retrace, stand_in, count if ibps else crm_node, rest)
+    rest = [s for s in rest if s is not mass_node]
+    if mass_node is not None:
+        used = [*used, mass_node]
     after = f"the count site {count['name']!r}"
     obs, trait = _observed_and_atom_sites(
         read, rest, num_rows, after, truncation, dist.Normal, "trait"
@@ -327,7 +361,8 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
             read.reject(
                 f"the distributions of {moving} depend on sites of other Gibbs blocks "
                 f"({sorted(given)}); only the trait prior and the observation noise may (the CRM "
-                "and the count law must be fixed)"
+                "and the count law must be fixed; a scalar site that is the CRM's mass belongs "
+                "in the CRMSlice block, which updates it)"
             )
     return CRMTraitModel(
         model=model,
@@ -345,9 +380,76 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         obs_value=_observed_value(obs, dim),
         noise_var=noise_var,
         dim=int(dim),
+        mass_site=None if mass_node is None else mass_node["name"],
+        mass_prior=None if mass_node is None else unwrap(mass_node["fn"]),
         site_summary=read.summary,
         engine=engine,
     )
+
+
+def _params_equal(a, b):
+    """The array leaves of the pytrees ``a`` and ``b`` agree (shapes and values)."""
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.shape(x) == np.shape(y) and np.allclose(np.asarray(x), np.asarray(y), equal_nan=True)
+        for x, y in zip(la, lb, strict=True)
+    )
+
+
+def _mass_site(read, retrace, stand_in, crm_node, rest):
+    """The latent scalar site among ``rest`` whose value is the mass of the CRM at ``crm_node``
+    (the ``alpha`` of a ``RecursiveIBP`` site), or ``None``.
+
+    A candidate (scalar, continuous, equal to the mass) is checked on two more traces
+    (``retrace(substitute_fn=...)``, the same stand-ins ``stand_in`` and the candidate set to its
+    value, then to another): the mass must follow it and no other distribution of the model may
+    change.
+    """
+    crm = unwrap(crm_node["fn"])
+    param = "alpha" if isinstance(crm, RecursiveIBP) else "mass"
+    mass = np.asarray(getattr(crm, param), np.float64)
+    candidates = [
+        s
+        for s in rest
+        if not s["is_observed"]
+        and jnp.ndim(s["value"]) == 0
+        and not unwrap(s["fn"]).is_discrete
+        and np.allclose(np.asarray(s["value"], np.float64), mass, rtol=1e-6)
+    ]
+    if len(candidates) != 1:
+        return None
+    site = candidates[0]
+    name, value = site["name"], float(site["value"])
+    moved = 1.7 * value + 0.1
+
+    def traced_at(mass):  # the candidate set, the CRM (or IBP) site at its first value
+        def fn(s):
+            if s["name"] == name:
+                return jnp.asarray(mass, jnp.result_type(float))
+            return crm_node["value"] if s["name"] == crm_node["name"] else stand_in(s)
+
+        return {s["name"]: s for s in retrace(substitute_fn=fn).sites}
+
+    first, again = traced_at(value), traced_at(moved)
+    problem = None
+    for s in first.values():
+        other = again.get(s["name"])
+        before, after = unwrap(s["fn"]), None if other is None else unwrap(other["fn"])
+        if s["name"] == crm_node["name"]:
+            if not np.allclose(np.asarray(getattr(after, param), np.float64), moved, rtol=1e-6):
+                problem = "the CRM's mass must be the site's value"
+                break
+            after = with_mass(after, getattr(before, param), param)
+        if s["name"] != name and (after is None or not _params_equal(before, after)):
+            problem = f"the site {s['name']!r} changes with it (or the model's shapes do)"
+            break
+    if problem is not None:
+        read.reject(
+            f"the latent scalar site {name!r} is the mass of the CRM site "
+            f"{crm_node['name']!r}, but {problem}: only the CRM's mass may depend on it (give "
+            "the CRM a fixed truncation, e.g. max_features=...)"
+        )
+    return site
 
 
 def _read_topic_model(model, read, crm_node, rate_node):

@@ -1,4 +1,4 @@
-r"""The target density of :class:`~numpyro_bnp.infer.CRMSlice` at a state, for its output.
+r"""The target density of the CRM slice samplers at a state, for its output.
 
 Zhu, Bouchard-Côté & Campbell, *Slice sampling for general completely random measures*, UAI 2020
 (the model: paper Eq. 11; ``docs/crm_slice.md``). Each state of the sampler reports

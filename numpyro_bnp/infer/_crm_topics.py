@@ -1,4 +1,4 @@
-r"""The topic likelihood of :class:`~numpyro_bnp.infer.CRMSlice`: Poisson word counts (§4.2).
+r"""The topic likelihood of :class:`~numpyro_bnp.infer.CRMTopicSlice`: Poisson word counts (§4.2).
 
 Beta–negative-binomial combinatorial clustering (Zhu, Bouchard-Côté & Campbell 2020, §4.2, in
 the reading of ``docs/crm_slice.md``, "Topic models";

@@ -8,17 +8,35 @@
   ``mcmc.get_samples()`` returns them as it does for NUTS.
 * :func:`slice_sample` — one univariate slice-sampling update (Neal 2003), the exact update of a
   continuous scalar whose conditional has no closed form.
+* :func:`report_saturation` — a kernel whose capacity was full in a sweep says so on the host
+  (a ``RuntimeWarning``, or a :class:`SaturationError` with ``on_saturation="error"``), never
+  silently, for one chain or a batch of vectorized chains.
 """
+
+import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
 from numpyro import handlers
 from numpyro.util import is_prng_key
 
 from numpyro_bnp.infer._model import trace_model
 
-__all__ = ["chains_batched", "over_chains", "slice_sample", "with_deterministic"]
+__all__ = [
+    "ON_SATURATION",
+    "SaturationError",
+    "chains_batched",
+    "on_saturation_option",
+    "over_chains",
+    "report_saturation",
+    "slice_sample",
+    "with_deterministic",
+]
+
+ON_SATURATION = ("warn", "error")
 
 SLICE_MAX_STEPS = 32  # stepping-out limit per side (exact for any limit, Neal 2003 §4.1)
 SLICE_MAX_SHRINK = 100  # shrinkage halves the bracket around the current point: never reached
@@ -109,3 +127,73 @@ def slice_sample(key, x0, log_density, width, max_steps=SLICE_MAX_STEPS):
         lambda c: (c[0] < 3) & (c[7] < 2 * max_steps + SLICE_MAX_SHRINK), body, init
     )
     return jnp.where(phase == 3, x, x0)
+
+
+class SaturationError(RuntimeError):
+    """A sweep needed more than the kernel's capacity (raised with ``on_saturation="error"``)."""
+
+
+def on_saturation_option(value, engine):
+    """Check the ``on_saturation`` option of ``engine``: ``"warn"`` or ``"error"``."""
+    if value not in ON_SATURATION:
+        raise ValueError(f"{engine}: on_saturation must be one of {ON_SATURATION}, got {value!r}")
+    return value
+
+
+def saturation_message(saturated, num_saturated, sweeps, *, engine, capacity, remedy):
+    """The message of a saturated sweep, or ``None`` when no chain saturated in it.
+
+    :param saturated: ``()`` or ``(C,)`` bool, the chains whose capacity was full in this sweep;
+    :param num_saturated: the same shape, each chain's saturated sweeps so far;
+    :param sweeps: the same shape, each chain's sweeps so far;
+    :param str capacity: the capacity, in words (e.g. ``"the atom buffer (max_features=8)"``);
+    :param str remedy: what to do about it.
+    """
+    saturated = np.atleast_1d(np.asarray(saturated, bool))
+    if not saturated.any():
+        return None
+    count = np.atleast_1d(np.asarray(num_saturated))
+    total = np.atleast_1d(np.asarray(sweeps))
+    chains = np.flatnonzero(saturated)
+    if saturated.size == 1:
+        where = f"in {int(count[0])} of {int(total[0])} sweeps"
+    else:
+        parts = ", ".join(f"chain {c}: {int(count[c])} of {int(total[c])} sweeps" for c in chains)
+        where = f"({parts})"
+    return (
+        f"{engine}: {capacity} was full {where}: those sweeps ran on a truncated model. "
+        f"{remedy}. With on_saturation='error' the run stops instead; the field 'saturated' "
+        "(extra_fields) marks each such sweep."
+    )
+
+
+def _saturation_callback(saturated, num_saturated, sweeps, *, on_saturation, **message_kwargs):
+    """Host side of :func:`report_saturation`: raise, or warn when a saturated chain's count of
+    saturated sweeps reaches a power of two (1, 2, 4, ...: the count stays current without a
+    warning per sweep)."""
+    message = saturation_message(saturated, num_saturated, sweeps, **message_kwargs)
+    if message is None:
+        return
+    if on_saturation == "error":
+        raise SaturationError(message)
+    count = np.atleast_1d(np.asarray(num_saturated))[np.atleast_1d(np.asarray(saturated, bool))]
+    if np.any((count & (count - 1)) == 0):
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+def report_saturation(saturated, num_saturated, sweeps, *, on_saturation, **message_kwargs):
+    """Say on the host that a sweep saturated the capacity (inside a kernel's ``sample``).
+
+    A host callback runs only in a sweep where some chain saturated (a ``lax.cond`` on the
+    batch, outside any ``vmap`` of the chains): a run whose capacity suffices never leaves the
+    device. There it warns (``on_saturation="warn"``; again each time a chain's count of
+    saturated sweeps doubles) or raises :class:`SaturationError` (``"error"``; inside a compiled
+    run NumPyro surfaces it as a ``RuntimeError`` carrying the message). The arguments are
+    those of :func:`saturation_message`.
+    """
+    host = functools.partial(_saturation_callback, on_saturation=on_saturation, **message_kwargs)
+    lax.cond(
+        jnp.any(saturated),
+        lambda: jax.debug.callback(host, saturated, num_saturated, sweeps),
+        lambda: None,
+    )

@@ -41,7 +41,9 @@ rows/columns of features no other row uses are reset to the prior after each dow
 ``RecursiveIBP`` site); unused columns are all zero. The chain targets the posterior restricted
 to at most ``K`` features (the new-feature draw is cut at the number of free slots), and the state
 field ``saturated`` is True in a sweep where the number of active features reached ``K``: a chain
-that saturates is truncated; rebuild the model with a larger ``max_features``.
+that saturates is truncated. Such a sweep is never silent: the kernel warns on the host (or
+raises, ``on_saturation="error"``; :func:`numpyro_bnp.infer._mcmc.report_saturation`) with the
+number of saturated sweeps and the chains; rebuild the model with a larger ``max_features``.
 """
 
 import functools
@@ -71,7 +73,13 @@ from numpyro_bnp.infer._linear_gaussian import (
     predictive_log_density,
     sample_feature_posterior,
 )
-from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
+from numpyro_bnp.infer._mcmc import (
+    chains_batched,
+    on_saturation_option,
+    over_chains,
+    report_saturation,
+    with_deterministic,
+)
 from numpyro_bnp.infer._model import read_feature_model, trace_model
 
 __all__ = ["AcceleratedIBPGibbs", "AcceleratedIBPGibbsState"]
@@ -92,6 +100,7 @@ class AcceleratedIBPGibbsState(NamedTuple):
     :ivar log_likelihood: ``log p(X | Z)``, ``A`` integrated out (the collapsed likelihood of
         :func:`~numpyro_bnp.infer._linear_gaussian.collapsed_log_marginal`).
     :ivar saturated: True if the number of active features reached the capacity in the sweep.
+    :ivar num_saturated: saturated sweeps of this chain so far (int32).
     :ivar rng_key: PRNG key.
     """
 
@@ -102,6 +111,7 @@ class AcceleratedIBPGibbsState(NamedTuple):
     log_joint: jnp.ndarray
     log_likelihood: jnp.ndarray
     saturated: jnp.ndarray
+    num_saturated: jnp.ndarray
     rng_key: jnp.ndarray
 
 
@@ -184,7 +194,7 @@ def _buffet_order(z):
     return jnp.argsort(first * capacity + jnp.arange(capacity))
 
 
-def _finish(key, z, x, cfg, i, saturated):
+def _finish(key, z, x, cfg, i, saturated, num_saturated):
     """Buffet-order ``z``, draw ``A | Z, X`` and the diagnostics: the state after a sweep."""
     perm = _buffet_order(z)
     z = z[:, perm].astype(jnp.int32)
@@ -206,6 +216,7 @@ def _finish(key, z, x, cfg, i, saturated):
         log_joint=log_joint.astype(x.dtype),
         log_likelihood=log_lik.astype(x.dtype),
         saturated=jnp.asarray(saturated, bool),
+        num_saturated=jnp.asarray(num_saturated, jnp.int32),
         rng_key=key,
     )
 
@@ -217,7 +228,7 @@ def _init_chain(key, z, x, cfg):
     if z is None:
         prior = RecursiveIBP(cfg.alpha, cfg.beta, num_rows=cfg.num_rows, max_features=cfg.capacity)
         z = prior.sample(key_z)
-    return _finish(key, z, x, cfg, 0, num_active_features(z) >= cfg.capacity)
+    return _finish(key, z, x, cfg, 0, num_active_features(z) >= cfg.capacity, 0)
 
 
 def _row_update(n, carry, x, cfg):
@@ -318,7 +329,9 @@ def _sweep(state, x, cfg, refresh_every):
     eye = jnp.eye(cfg.capacity, dtype=dtype)
     carry = (z, ztz, ztx, eye, jnp.zeros_like(ztx), key_sweep, jnp.asarray(0, jnp.int32))
     z, *_, max_active = lax.fori_loop(0, num_blocks, block, carry)
-    return _finish(key, z, x, cfg, state.i + 1, max_active >= cfg.capacity)
+    saturated = max_active >= cfg.capacity
+    num_saturated = state.num_saturated + saturated.astype(jnp.int32)
+    return _finish(key, z, x, cfg, state.i + 1, saturated, num_saturated)
 
 
 class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
@@ -333,16 +346,20 @@ class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
 
     Each MCMC iteration is one sweep over the rows. The sample (``sample_field``) is the dict of
     site values ``{"Z": (N, K) int32 in buffet order, "A": (K, D)}``, ``A`` drawn from its Gaussian
-    posterior given ``Z``, so ``arviz.from_numpyro`` computes the log-likelihood. Diagnostics for
-    ``extra_fields``: ``num_active``, ``parity`` (:func:`~numpyro_bnp.diagnostics.count_parity`),
-    ``log_joint`` (``log p(Z) + log p(X | Z)``), ``log_likelihood`` (``log p(X | Z)``; both with
-    ``A`` integrated out) and ``saturated`` (see *Capacity* in the module docstring). Chains start
-    from a draw of the IBP prior, or from ``init_params={"Z": z}``.
+    posterior given ``Z``, so ``arviz.from_numpyro`` computes the log-likelihood. Diagnostics,
+    recorded by default (``extra_fields``, ArviZ ``sample_stats``): ``num_active``, ``parity``
+    (:func:`~numpyro_bnp.diagnostics.count_parity`), ``log_joint`` (``log p(Z) + log p(X | Z)``),
+    ``log_likelihood`` (``log p(X | Z)``; both with ``A`` integrated out) and ``saturated`` (see
+    *Capacity* in the module docstring). Chains start from a draw of the IBP prior, or from
+    ``init_params={"Z": z}``.
 
     :param model: a NumPyro model function of the form above.
     :param int refresh_every: rows between recomputations of the feature posterior from the
         exact sufficient statistics (round-off control; any value gives the same chain in exact
         arithmetic).
+    :param str on_saturation: a sweep in which the active features fill the capacity ``"warn"`` s
+        (a ``RuntimeWarning`` on the host, again each time a chain's count of such sweeps
+        doubles) or raises (``"error"``: a ``RuntimeError`` stops the run).
 
     **Example**
 
@@ -363,17 +380,22 @@ class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
 
     sample_field = "z"
 
-    fixed_options = ("refresh_every",)
+    fixed_options = ("refresh_every", "on_saturation")
 
-    def __init__(self, model, *, refresh_every=64):
+    def __init__(self, model, *, refresh_every=64, on_saturation="warn"):
         self._model = model_function(model)
         self.refresh_every = positive_int(refresh_every, "refresh_every")
+        self.on_saturation = on_saturation_option(on_saturation, _ENGINE)
         self._cfg = None
         self._batched = False
 
     @property
     def model(self):
         return self._model
+
+    @property
+    def default_fields(self):
+        return ("z", "num_active", "parity", "log_joint", "log_likelihood", "saturated")
 
     def _config(self, model_args, model_kwargs):
         cfg = _read_config(self._model, model_args, model_kwargs)
@@ -413,7 +435,20 @@ class AcceleratedIBPGibbs(FixedOptions, MCMCKernel):
         x = _observed(self._model, cfg, model_args, model_kwargs)
         x = jnp.asarray(x, jnp.result_type(float))
         sweep = functools.partial(_sweep, x=x, cfg=cfg, refresh_every=self.refresh_every)
-        return over_chains(sweep, self._batched)(state)
+        state = over_chains(sweep, self._batched)(state)
+        report_saturation(
+            state.saturated,
+            state.num_saturated,
+            state.i,
+            on_saturation=self.on_saturation,
+            engine=_ENGINE,
+            capacity=(
+                f"the feature capacity ({cfg.capacity}, the max_features of the model's "
+                f"RecursiveIBP site {cfg.z_site!r})"
+            ),
+            remedy="Rebuild the model with a larger max_features",
+        )
+        return state
 
     def postprocess_fn(self, model_args, model_kwargs):
         """The sampled site values plus the model's deterministic sites at them."""
