@@ -25,15 +25,16 @@ pair enters the Metropolis–Hastings ratio: a split of ``c`` from a split pair 
 merge from the merge pair ``(i, j)`` in the split state, and the reverse, so the ratio gains
 ``P(reverse pair) / P(forward pair)`` with ``P(split pair) = 1 / (n_c − 1)`` and ``P(merge
 pair) = w_ij / Σ_{l ∉ a} w_il`` (``a`` the cluster of ``i`` in the state with two clusters).
-If they share a cluster ``c``, it proposes to split
-``c``: ``i`` seeds one part and ``j`` the other, and the other rows of ``c``, in a random order,
-join part ``b`` with probability ``∝ (n_b − σ) p(x | X_b)`` against ``(n_a − σ) p(x | X_a)``
-(their sizes and posteriors so far), the product of these choices being the proposal's
-probability ``q``. If they are in different clusters, it proposes to merge them; ``q`` is then
-the probability that the same sequential allocation (same order) recreates the two clusters.
-Metropolis–Hastings accepts a split with probability ``min(1, p(split) / (p(merge) q))`` and a
-merge with ``min(1, p(merge) q / p(split))``; the moves leave ``p(z | U, X)`` invariant, so
-they combine with the sampler's exact ``U`` draw and label sweep.
+
+If ``i`` and ``j`` share a cluster ``c``, the move proposes to split ``c``: ``i`` seeds one
+part and ``j`` the other, and the other rows of ``c``, in a random order, join part ``b`` with
+probability ``∝ (n_b − σ) p(x | X_b)`` against ``(n_a − σ) p(x | X_a)`` (their sizes and
+posteriors so far), the product of these choices being the proposal's probability ``q``. If
+they are in different clusters, it proposes to merge them; ``q`` is then the probability that
+the same sequential allocation (same order) recreates the two clusters. Metropolis–Hastings
+accepts a split with probability ``min(1, p(split) / (p(merge) q))`` and a merge with
+``min(1, p(merge) q / p(split))``; the moves leave ``p(z | U, X)`` invariant, so they combine
+with the sampler's exact ``U`` draw and label sweep.
 
 A split needs a free slot of the fixed capacity; without one it is rejected and reported.
 """
@@ -73,7 +74,7 @@ SKETCH_DIM = 16
 
 def row_sketch(rows):
     """``(N, r)`` a fixed random projection (``r = 16``, Gaussian, a constant key) of the rows
-    for choosing near pairs (module docstring): of the square roots of the word frequencies for
+    for weighing merge pairs (module docstring): of the square roots of the word frequencies for
     documents (:class:`~numpyro_bnp.families.SparseCounts`; Euclidean distances between them
     are Hellinger distances), of the standardized columns of dense rows ``(N, D)``."""
     if isinstance(rows, SparseCounts):
