@@ -413,15 +413,21 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             ``scipy.sparse``), checked as the model's observed site.
         :param model_args, model_kwargs: the model's arguments of the run (its training data).
         """
+        site, scalars = samples, ()
         if isinstance(samples, dict):
-            labels = samples[self._partition_site(samples, model_args, model_kwargs)]
-        else:
-            labels = samples
-        labels = jnp.asarray(labels, jnp.int32)
+            site, scalars = self._sample_sites(samples, model_args, model_kwargs)
+            site = samples[site]
+        labels = jnp.asarray(site, jnp.int32)
         labels = labels.reshape(-1, labels.shape[-1])
         given = {}
-        if isinstance(samples, dict):
-            given = self._scalar_draws(samples, labels.shape[0], model_args, model_kwargs)
+        for name in scalars:
+            value = jnp.asarray(samples[name], jnp.result_type(float))
+            if value.size != labels.shape[0]:
+                raise ValueError(
+                    f"samples[{name!r}] must hold one value per draw ({labels.shape[0]}), got "
+                    f"shape {tuple(value.shape)}"
+                )
+            given[name] = value.reshape(-1)
         kernel = self
         if given:  # read the model conditioned on them, as a block of numpyro.infer.Gibbs
             kernel = self.wrap_model(conditioned)
@@ -458,31 +464,22 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         scores = jax.jit(draws_fn)(labels, given, rows, new)
         return np.asarray(logsumexp(scores, axis=0) - np.log(labels.shape[0]))
 
-    def _partition_site(self, samples, model_args, model_kwargs):
-        """The name of the model's NGGP site (a trace at the first draw of ``samples``)."""
+    def _sample_sites(self, samples, model_args, model_kwargs):
+        """``(the NGGP site's name, the model's latent scalar sites in samples)``, from one
+        trace at the first draw of ``samples``."""
         first = {n: jnp.asarray(v)[0] for n, v in samples.items()}
         model = handlers.substitute(self._model, data=first)
+        partition, scalars = None, []
         for name, site in trace_model(model, model_args, model_kwargs, _ENGINE).items():
-            if site["type"] == "sample" and isinstance(unwrap(site["fn"]), NGGP):
-                return name
-        raise ValueError(f"{_ENGINE} needs a model with an NGGP partition site")
-
-    def _scalar_draws(self, draws, num_draws, model_args, model_kwargs):
-        """``{site: (S,)}``: the draws of the model's latent scalar sites in ``draws``."""
-        first = {n: jnp.asarray(v).reshape(num_draws, -1)[0] for n, v in draws.items()}
-        model = handlers.substitute(self._model, data=first)
-        out = {}
-        for name, site in trace_model(model, model_args, model_kwargs, _ENGINE).items():
-            scalar = site["type"] == "sample" and not site["is_observed"]
-            if scalar and name in draws and site["fn"].shape() == ():
-                value = jnp.asarray(draws[name], jnp.result_type(float))
-                if value.size != num_draws:
-                    raise ValueError(
-                        f"samples[{name!r}] must hold one value per draw ({num_draws}), got "
-                        f"shape {tuple(value.shape)}"
-                    )
-                out[name] = value.reshape(num_draws)
-        return out
+            if site["type"] != "sample" or site["is_observed"]:
+                continue
+            if isinstance(unwrap(site["fn"]), NGGP):
+                partition = name
+            elif name in samples and site["fn"].shape() == ():
+                scalars.append(name)
+        if partition is None:
+            raise ValueError(f"{_ENGINE} needs a model with an NGGP partition site")
+        return partition, tuple(scalars)
 
     def get_diagnostics_str(self, state):
         sat = ", SATURATED" if bool(np.any(state.saturated)) else ""
