@@ -23,11 +23,13 @@ from mc_checks import check_mean
 from numpyro.infer import MCMC, Predictive
 from scipy.special import gammaln, logsumexp
 from scipy.stats import multivariate_normal
+from test_baselines_saturation import reported
 
 from numpyro_bnp import diagnostics, models
 from numpyro_bnp.arviz_compat import arviz, group
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import NGGPMarginalGibbs
+from numpyro_bnp.infer._mcmc import SaturationError
 from numpyro_bnp.infer._nggp_sweep import _step
 
 X1 = np.array([[-2.1], [-1.8], [0.2], [2.0], [2.3]])
@@ -244,13 +246,32 @@ def test_recovers_three_gaussian_clusters_and_exports_to_arviz():
     assert float(arviz().rhat(num)) < 1.05
 
 
-def test_a_full_capacity_warns():
+FULL = dict(num_obs=15, dim=2, mass=1.0, sigma=0.0, max_clusters=2)  # 3 clusters in 2 slots
+
+
+@pytest.mark.parametrize("chains", [1, 2])
+def test_a_full_capacity_warns_with_counts(chains):
+    """Every pass is saturated (the first state's sequential pass and 5 sweeps): the warnings
+    report each chain's count when it reaches 1, 2 and 4."""
     x, _ = three_clusters(1, per_cluster=5)
-    args = dict(obs=jnp.asarray(x), num_obs=15, dim=2, mass=1.0, sigma=0.0, max_clusters=2)
-    with pytest.warns(RuntimeWarning, match="larger max_clusters"):
-        mcmc = run(models.nggp_normal_mixture, 5, num_chains=1, fields=("saturated",), **args)
+    with pytest.warns(RuntimeWarning, match=r"clusters plate \(2 slots") as record:
+        mcmc = run(
+            models.nggp_normal_mixture, 5, num_chains=chains, warmup=0, fields=("saturated",),
+            obs=jnp.asarray(x), **FULL,
+        )  # fmt: skip
         jax.effects_barrier()
     assert np.all(mcmc.get_extra_fields()["saturated"])
+    messages = [str(w.message) for w in record if "clusters plate" in str(w.message)]
+    assert all("larger max_clusters" in m for m in messages)
+    who = range(chains) if chains > 1 else [None]
+    assert reported(messages) == {(c, k, k) for c in who for k in (1, 2, 4)}
+
+
+def test_a_full_capacity_can_stop_the_run():
+    x, _ = three_clusters(1, per_cluster=5)
+    kernel = NGGPMarginalGibbs(models.nggp_normal_mixture, on_saturation="error")
+    with pytest.raises(SaturationError, match=r"clusters plate \(2 slots.* in 1 of 1 sweeps"):
+        kernel.init(random.PRNGKey(0), 0, None, (), dict(obs=jnp.asarray(x), **FULL))
 
 
 def test_bad_input_is_refused_naming_it():

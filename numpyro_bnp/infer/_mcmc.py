@@ -23,6 +23,7 @@ from jax import lax, random
 from numpyro import handlers
 from numpyro.util import is_prng_key
 
+from numpyro_bnp._checks import is_concrete
 from numpyro_bnp.infer._model import trace_model
 
 __all__ = [
@@ -189,9 +190,13 @@ def report_saturation(saturated, num_saturated, sweeps, *, on_saturation, **mess
     device. There it warns (``on_saturation="warn"``; again each time a chain's count of
     saturated sweeps doubles) or raises :class:`SaturationError` (``"error"``; inside a compiled
     run NumPyro surfaces it as a ``RuntimeError`` carrying the message). The arguments are
-    those of :func:`saturation_message`.
+    those of :func:`saturation_message`. Called outside ``jit`` (concrete values) it warns or
+    raises at once.
     """
     host = functools.partial(_saturation_callback, on_saturation=on_saturation, **message_kwargs)
+    if is_concrete(saturated):  # outside jit (a kernel's first state): on the host at once
+        host(saturated, num_saturated, sweeps)
+        return
     lax.cond(
         jnp.any(saturated),
         lambda: jax.debug.callback(host, saturated, num_saturated, sweeps),

@@ -1,9 +1,11 @@
-r"""Sequentially-allocated merge–split moves for conjugate NGGP mixtures, given ``U``.
+r"""Merge–split moves for conjugate NGGP mixtures, given ``U``: sequentially-allocated
+proposals (Dahl 2005), optionally refined by restricted Gibbs scans (Jain & Neal 2004).
 
 Dahl, *Sequentially-allocated merge-split sampler for conjugate and nonconjugate Dirichlet
-process mixture models*, 2005 (after Jain & Neal 2004), for the Gibbs-type partition of an
-NGGP given its auxiliary variable ``U`` (``docs/nrm.md``, "The marginal Gibbs sampler"). Given
-``U`` the partition's law is a product over clusters,
+process mixture models*, 2005; Jain & Neal, *A split-merge Markov chain Monte Carlo procedure
+for the Dirichlet process mixture model*, JCGS 2004; for the Gibbs-type partition of an NGGP
+given its auxiliary variable ``U`` (``docs/nrm.md``, "The marginal Gibbs sampler"). Given ``U``
+the partition's law is a product over clusters,
 
 .. math::
     p(z \mid U) \propto \prod_{k=1}^{K} a (U + τ)^{σ} \frac{Γ(n_k - σ)}{Γ(1 - σ)}
@@ -26,15 +28,41 @@ merge from the merge pair ``(i, j)`` in the split state, and the reverse, so the
 ``P(reverse pair) / P(forward pair)`` with ``P(split pair) = 1 / (n_c − 1)`` and ``P(merge
 pair) = w_ij / Σ_{l ∉ a} w_il`` (``a`` the cluster of ``i`` in the state with two clusters).
 
-If ``i`` and ``j`` share a cluster ``c``, the move proposes to split ``c``: ``i`` seeds one
-part and ``j`` the other, and the other rows of ``c``, in a random order, join part ``b`` with
-probability ``∝ (n_b − σ) p(x | X_b)`` against ``(n_a − σ) p(x | X_a)`` (their sizes and
-posteriors so far), the product of these choices being the proposal's probability ``q``. If
-they are in different clusters, it proposes to merge them; ``q`` is then the probability that
-the same sequential allocation (same order) recreates the two clusters. Metropolis–Hastings
-accepts a split with probability ``min(1, p(split) / (p(merge) q))`` and a merge with
-``min(1, p(merge) q / p(split))``; the moves leave ``p(z | U, X)`` invariant, so they combine
-with the sampler's exact ``U`` draw and label sweep.
+If ``i`` and ``j`` share a cluster ``c``, the move proposes to split ``c``; if not, to merge
+their clusters. Either way ``S`` is the set of the other rows of the two clusters, ``i`` seeds
+part ``a`` and ``j`` part ``b``, and the rows of ``S`` are visited in one random order. Row
+``n`` joins part ``b`` with probability
+
+.. math::
+    π_b(n) = \frac{(n_b - σ)\, p(x_n \mid X_b)}
+        {(n_a - σ)\, p(x_n \mid X_a) + (n_b - σ)\, p(x_n \mid X_b)}
+
+(``π_a = 1 − π_b``), the sizes and posteriors those of the rows placed so far. With ``scans =
+0`` this *sequential allocation* is the proposal: a split draws it, and its probability ``q``
+is the product of the choices' probabilities; for a merge, ``q`` is the probability that the
+same allocation (same order) recreates the two clusters.
+
+**Restricted Gibbs scans** (``scans = t ≥ 1``; Jain & Neal's split–merge with a launch
+state). The first rows of a sequential allocation choose on little evidence, so a big cluster
+is rarely split well. Here the allocation, always drawn, is followed by ``t − 1`` intermediate
+*restricted Gibbs scans*: each row of ``S`` in turn (same order) leaves its part and rejoins
+``b`` with ``π_b(n)`` computed from all the other rows' current parts (``i`` and ``j`` stay
+fixed). Their result is the *launch state* ``L``; it depends on the rows of the two clusters,
+the seeds and the random numbers, never on how the rows are split now. One last restricted
+scan from ``L`` is the proposal, with
+
+.. math::
+    q(s \mid L) = \prod_{n \in S} π_{s_n}(n)
+
+evaluated along the scan (the rows before ``n`` at their new parts, the rows after it at
+their launch parts): a split draws ``s``, a merge evaluates ``q`` at the current split ``s``.
+The launch state is an auxiliary variable with the same law for both moves, so this ``q``
+alone in the ratio leaves the target invariant (Jain & Neal 2004). Each scan is one
+more pass over ``S`` with two predictives per row; the passes visit the rows of ``S`` only.
+
+Metropolis–Hastings accepts a split with probability ``min(1, p(split) / (p(merge) q))`` and
+a merge with ``min(1, p(merge) q / p(split))`` (times the pairs' ratio above); the moves leave
+``p(z | U, X)`` invariant, so they combine with the sampler's exact ``U`` draw and label sweep.
 
 A split needs a free slot of the fixed capacity; without one it is rejected and reported.
 """
@@ -97,16 +125,21 @@ def row_sketch(rows):
     return x @ directions
 
 
-def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sketch=None):
+def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sketch=None, scans=0):
     """One merge–split move (module docstring) on the labels ``(N,)`` int32.
 
     :param family: the conjugate family of the components (:mod:`numpyro_bnp.families`).
     :param rows: the data, ``(N, D)`` or :class:`~numpyro_bnp.families.SparseCounts`; ``None``
         for a prior-only chain.
-    :param sketch: ``(N, r)`` :func:`row_sketch` of the rows, which weighs merge pairs
-        (module docstring); ``None``: all weights 1.
     :param log_u: ``log U`` of the current state; ``mass``, ``sigma``, ``tau``: the NGGP's.
     :param int capacity: the number of cluster slots ``K``.
+    :param key: PRNG key.
+    :param sketch: ``(N, r)`` :func:`row_sketch` of the rows, which weighs merge pairs
+        (module docstring); ``None``: all weights 1.
+    :param int scans: the restricted Gibbs scans ``t`` after the sequential allocation
+        (module docstring): ``0``, the allocation is the proposal (Dahl 2005); ``t ≥ 1``, the
+        allocation and ``t − 1`` scans build the launch state and the last scan is the
+        proposal (Jain & Neal 2004).
     :return: ``(labels, accepted, full)``: the new labels (not canonical: a split's second
         part takes the first free slot), whether the move was accepted, and whether a split
         was refused for want of a free slot.
@@ -139,8 +172,11 @@ def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sk
     members = (labels == c_i) | (labels == c_j)
     others = members & (index != i) & (index != j)
     order = random.permutation(key_order, num_rows)
-    uniforms = random.uniform(key_alloc, (num_rows,), dtype)
+    # the rows to allocate, in the random order, first: the passes visit only them
+    visit = order[jnp.argsort(jnp.where(others[order], 0, 1), stable=True)]
+    num_visit = jnp.sum(others)
     seeds = jnp.eye(2, dtype=dtype)
+    current_b = labels == c_j  # a merge's current split: part b is j's cluster
 
     if rows is None:
         params = None
@@ -149,27 +185,56 @@ def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sk
         params = family.update(params, family.stats(_row(rows, i)), seeds[0])
         params = family.update(params, family.stats(_row(rows, j)), seeds[1])
 
-    def allocate(t, carry):
-        params, sizes, log_q, to_b = carry
-        n = order[t]
-        active = others[n]
-        log_w = jnp.log(sizes - sigma)
-        if rows is not None:
-            x = _row(rows, n)
-            log_w = log_w + family.log_predictive(params, x)
-        margin = log_w[1] - log_w[0]
-        # a split draws the part; a merge replays the two clusters it would undo
-        choose_b = jnp.where(split, uniforms[n] < jax.nn.sigmoid(margin), labels[n] == c_j)
-        log_q = log_q + jnp.where(
-            active, jax.nn.log_sigmoid(jnp.where(choose_b, margin, -margin)), 0.0
-        )
-        weights = jnp.where(active, seeds[choose_b.astype(jnp.int32)], 0.0)
-        if rows is not None:
-            params = family.update(params, family.stats(x), weights)
-        return params, sizes + weights, log_q, to_b.at[n].set(active & choose_b)
+    def allocation(carry, key, replay, rescan):
+        """One pass over the rows to allocate: part ``b`` with probability ``∝ (n_b − σ)
+        p(x | X_b)`` given the others' parts (a sequential allocation given the rows before,
+        a restricted Gibbs scan, ``rescan``, given all the others), drawn or, ``replay``, the
+        current split's; ``log q`` gains the choices' log probabilities."""
+        uniforms = random.uniform(key, (num_rows,), dtype)
+
+        def visit_row(t, carry):
+            params, sizes, log_q, to_b = carry
+            n = visit[t]
+            if rows is not None:
+                x = _row(rows, n)
+                stats = family.stats(x)
+            if rescan:  # the row leaves its part first
+                old = seeds[to_b[n].astype(jnp.int32)]
+                sizes = sizes - old
+                if rows is not None:
+                    params = family.update(params, stats, -old)
+            log_w = jnp.log(sizes - sigma)
+            if rows is not None:
+                log_w = log_w + family.log_predictive(params, x)
+            margin = log_w[1] - log_w[0]
+            choose_b = jnp.where(replay, current_b[n], uniforms[n] < jax.nn.sigmoid(margin))
+            log_q = log_q + jax.nn.log_sigmoid(jnp.where(choose_b, margin, -margin))
+            weights = seeds[choose_b.astype(jnp.int32)]
+            if rows is not None:
+                params = family.update(params, stats, weights)
+            return params, sizes + weights, log_q, to_b.at[n].set(choose_b)
+
+        return lax.fori_loop(0, num_visit, visit_row, carry)
 
     carry = (params, jnp.ones(2, dtype), jnp.zeros((), dtype), jnp.zeros(num_rows, bool))
-    params, sizes, log_q, to_b = lax.fori_loop(0, num_rows, allocate, carry)
+    if scans == 0:  # the sequential allocation is the proposal (a merge replays it)
+        params, sizes, log_q, to_b = allocation(carry, key_alloc, ~split, False)
+    else:  # the launch state: the allocation and t − 1 scans, drawn for both moves
+        carry = allocation(carry, key_alloc, False, False)
+        carry = lax.fori_loop(
+            1,
+            scans,
+            lambda s, c: allocation(c, random.fold_in(key_alloc, s), False, True),
+            carry,
+        )
+        params, sizes, _, to_b = carry  # the last scan is the proposal (a merge replays it)
+        carry = (params, sizes, jnp.zeros((), dtype), to_b)
+        params, sizes, log_q, to_b = allocation(
+            carry, random.fold_in(key_alloc, scans), ~split, True
+        )
+        if rows is not None:  # the parts' posteriors afresh, without the scans' round-off
+            parts = jnp.stack([members & ~to_b & (index != j), to_b | (index == j)], -1)
+            params = family.absorb(family.init_clusters(2), rows, parts.astype(dtype))
 
     log_ratio = _log_split_prior(sizes[0], sizes[1], log_u, mass, sigma, tau, dtype)
     if rows is not None:

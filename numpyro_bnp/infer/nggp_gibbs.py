@@ -22,8 +22,11 @@ NGGP site.
 **Capacity.** The clusters live in the model's clusters plate (``K`` slots, the
 ``max_clusters`` of the ready models; each row costs ``K`` predictives). A sweep that finds all
 slots occupied when a row could open a new cluster runs on the truncated model: its
-``saturated`` field is True and a ``RuntimeWarning`` says so; rebuild the model with a larger
-``max_clusters``.
+``saturated`` field is True and a ``RuntimeWarning`` says so on the host, with how many of the
+chain's passes were saturated (the first state's sequential pass counts as one), again each time
+that count doubles, for one chain or vectorized chains
+(:func:`numpyro_bnp.infer._mcmc.report_saturation`); with ``on_saturation="error"`` the run stops
+instead. Rebuild the model with a larger ``max_clusters``.
 
 **First state.** Without ``init_params`` a chain starts from one sequential pass in which row
 ``n`` joins a cluster with the exact predictive of the first ``n - 1`` rows' partition,
@@ -35,7 +38,6 @@ sites start at the values in ``init_params``, else at the reader's fixed point o
 
 import copy
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +52,13 @@ from numpyro.util import identity
 from numpyro_bnp._checks import FixedOptions, is_concrete, model_function, nonnegative_int
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import streaming
-from numpyro_bnp.infer._mcmc import chains_batched, over_chains, with_deterministic
+from numpyro_bnp.infer._mcmc import (
+    chains_batched,
+    on_saturation_option,
+    over_chains,
+    report_saturation,
+    with_deterministic,
+)
 from numpyro_bnp.infer._mixture_model import read_mixture_model
 from numpyro_bnp.infer._model import trace_model, unwrap
 from numpyro_bnp.infer._nggp_sweep import (
@@ -75,18 +83,6 @@ def _check_width(most, width):
             f"{_ENGINE}: a document has {int(most)} distinct words, more than the {width} of "
             "the data the chain was started on; start a new chain (MCMC.run without "
             "post_warmup_state) on these documents"
-        )
-
-
-def _warn_saturated(saturated, capacity):
-    if np.any(saturated):
-        warnings.warn(
-            f"{_ENGINE}: every one of the model's {capacity} cluster slots was occupied in a "
-            f"sweep ({int(np.sum(saturated))} of {np.size(saturated)} chains), so rows could "
-            "not open a new cluster and the chain ran on a truncated model; rebuild the model "
-            "with a larger max_clusters (the size of its clusters plate)",
-            RuntimeWarning,
-            stacklevel=2,
         )
 
 
@@ -151,6 +147,13 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
     :param int split_merge: merge–split moves per sweep, after the labels
         (:mod:`numpyro_bnp.infer._nggp_sweep`, step 4; ``0``: none). Each is a pass over the
         rows with two predictives per row (the label sweep: ``K`` per row).
+    :param str on_saturation: a pass in which every cluster slot was occupied ``"warn"`` s
+        (the default) or raises (``"error"``; "Capacity" in the module docstring).
+    :param int split_merge_scans: restricted Gibbs scans of the rows of each merge–split move
+        after its sequential allocation (Jain & Neal 2004; :mod:`numpyro_bnp.infer._split_merge`):
+        ``0``, the allocation is the split proposal (Dahl 2005); ``t ≥ 1``, it and ``t − 1``
+        scans build the launch state and the last scan proposes. Each scan costs one more pass
+        over the two clusters' rows.
 
     **Example**
 
@@ -171,12 +174,23 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
 
     sample_field = "z"
 
-    fixed_options = ("num_pairs", "pairs", "split_merge")
+    fixed_options = ("num_pairs", "pairs", "split_merge", "split_merge_scans", "on_saturation")
 
-    def __init__(self, model, *, num_pairs=8, pairs=None, split_merge=5):
+    def __init__(
+        self,
+        model,
+        *,
+        num_pairs=8,
+        pairs=None,
+        split_merge=5,
+        split_merge_scans=0,
+        on_saturation="warn",
+    ):
         self._model = model_function(model)
+        self.on_saturation = on_saturation_option(on_saturation, _ENGINE)
         self.num_pairs = nonnegative_int(num_pairs, "num_pairs")
         self.split_merge = nonnegative_int(split_merge, "split_merge")
+        self.split_merge_scans = nonnegative_int(split_merge_scans, "split_merge_scans")
         if pairs is not None:
             arr = np.asarray(pairs)
             if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
@@ -222,6 +236,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             hyper_sites=spec.hyper_sites,
             conjugate_mass=spec.conjugate_mass,
             split_merge=self.split_merge if spec.num_rows >= 2 else 0,
+            split_merge_scans=self.split_merge_scans,
         )
 
     def _numbers(self, model_args, model_kwargs):
@@ -288,8 +303,21 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         axes = (0, None, None if labels is None else 0, 0)
         # one compiled program: run eagerly, the first state costs a compilation per operation
         state = jax.jit(over_chains(init, self._batched, axes))(rng_key, rows, labels, hyper)
-        _warn_saturated(np.asarray(state.saturated), cfg.capacity)
+        self._report_saturation(state)
         return state
+
+    def _report_saturation(self, state):
+        """Say on the host that a pass of some chain found every slot occupied (the sweeps
+        counted with the first state's sequential pass)."""
+        report_saturation(
+            state.saturated,
+            state.num_saturated,
+            state.i + 1,
+            on_saturation=self.on_saturation,
+            engine=_ENGINE,
+            capacity=f"the clusters plate ({self._cfg.capacity} slots, the model's max_clusters)",
+            remedy="Rebuild the model with a larger max_clusters (the size of its clusters plate)",
+        )
 
     def _init_values(self, init_params, num_chains):
         """``(labels or None, {hyper-parameter site: value})`` of ``init_params``, checked.
@@ -360,7 +388,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             numbers=numbers,
         )
         state = over_chains(step, self._batched)(state)
-        jax.debug.callback(_warn_saturated, state.saturated, self._cfg.capacity)
+        self._report_saturation(state)
         return state
 
     # ------------------------------------------------------------------ block of numpyro Gibbs
