@@ -43,6 +43,7 @@ from numpyro_bnp._checks import is_concrete, nonnegative_int, observed_array, re
 from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_target as target
+from numpyro_bnp.infer import _crm_tempering as tempering
 from numpyro_bnp.infer._crm_atoms import draw_mass
 from numpyro_bnp.infer._crm_births import collapsed_columns
 from numpyro_bnp.infer._crm_counts import update_counts
@@ -77,6 +78,15 @@ class CRMSliceState(NamedTuple):
         ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` (see
         :func:`~numpyro_bnp.infer._crm_target.log_joint`; plus ``log p(α)`` with a mass site)
         with the slice variables, the atoms after the ``K``-th and their traits integrated out.
+    :ivar replicas: with tempered replicas (``CRMSlice(..., temperatures=)``), the hot replicas
+        (:class:`~numpyro_bnp.infer._crm_tempering.Replicas`); the fields above are those of the
+        untempered replica (``β_0 = 1``), except ``saturated`` / ``num_saturated``, which count
+        a sweep in which any replica saturated. ``None`` without tempering.
+    :ivar swap_rate: ``(R - 1,)`` the probability ``min(1, exp(Δ_r))`` that replicas ``r`` and
+        ``r + 1`` exchange their states, at every sweep for every pair (proposed or not): its
+        mean over draws is the pair's swap acceptance rate (``None`` without tempering).
+    :ivar swapped: ``(R - 1,)`` bool, the pairs exchanged in this sweep (``None`` without
+        tempering).
     """
 
     i: jnp.ndarray
@@ -94,6 +104,9 @@ class CRMSliceState(NamedTuple):
     log_likelihood: jnp.ndarray
     log_joint: jnp.ndarray
     rng_key: jnp.ndarray
+    replicas: object = None
+    swap_rate: jnp.ndarray | None = None
+    swapped: jnp.ndarray | None = None
 
 
 class _Constants(NamedTuple):
@@ -107,6 +120,9 @@ class _Constants(NamedTuple):
     n_swaps: int
     n_collapsed: int
     shared_var: bool  # one noise variance and one trait variance for all columns
+    betas: tuple | None = None  # the ladder of inverse temperatures (None: no tempering)
+    mesh: object = None  # devices over which the replicas are sharded (None: one device)
+    num_warmup: int = 0  # a Gibbs block's hot replicas follow the other blocks until then
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,6 +320,99 @@ def _refresh(c, numbers, state):
 
 
 # ---------------------------------------------------------------------------------------------
+# tempered replicas (module _crm_tempering; docs/crm_slice.md, "Tempered replicas")
+# ---------------------------------------------------------------------------------------------
+_NUMBERS_AXES = CRMTraitNumbers(obs=None, noise_var=0, trait_loc=0, trait_var=0, num_rows=None)
+
+
+def _stack(first, rest):
+    """One pytree with a leading replica axis: ``first`` then the stacked ``rest``."""
+    return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+
+
+def _replica_numbers(c, numbers, state):
+    """The ``R`` replicas' numbers and the hot ones to keep in the state (``None`` outside
+    Gibbs). A block of :class:`numpyro.infer.Gibbs` tempers the other blocks' current values
+    during warm-up and keeps those of its end afterwards: the hot replicas' targets must not move
+    with sites that the other blocks update from the untempered replica alone."""
+    tempered = tempering.replica_numbers(numbers, c.betas)
+    if not c.gibbs:
+        return tempered, None
+    hot = state.replicas
+    warm = state.i < c.num_warmup
+    keep = [
+        jnp.where(warm, now[1:], kept)
+        for now, kept in zip(
+            (tempered.noise_var, tempered.trait_loc, tempered.trait_var),
+            (hot.noise_var, hot.trait_loc, hot.trait_var),
+            strict=True,
+        )
+    ]
+    full = tempered._replace(
+        noise_var=_stack(tempered.noise_var[0], keep[0]),
+        trait_loc=_stack(tempered.trait_loc[0], keep[1]),
+        trait_var=_stack(tempered.trait_var[0], keep[2]),
+    )
+    return full, keep
+
+
+def _tempered_init_chain(c, numbers, key):
+    """A chain of ``R`` replicas, each with no instantiated atom."""
+    nums = tempering.replica_numbers(numbers, c.betas)
+    keys = random.split(key, len(c.betas))
+    states = jax.vmap(lambda n, k: _init_chain(c, n, k), in_axes=(_NUMBERS_AXES, 0))(nums, keys)
+    cold = jax.tree.map(lambda a: a[0], states)
+    hot = jax.tree.map(lambda a: a[1:], states)
+    gaussian = (None, None, None)
+    if c.gibbs:
+        gaussian = (nums.noise_var[1:], nums.trait_loc[1:], nums.trait_var[1:])
+    dtype = c.atoms.dtype
+    num_pairs = len(c.betas) - 1
+    return cold._replace(
+        replicas=tempering.Replicas(hot, *gaussian),
+        swap_rate=jnp.ones(num_pairs, dtype),
+        swapped=jnp.zeros(num_pairs, bool),
+    )
+
+
+def _tempered_sweep(c, numbers, state):
+    """One sweep of every replica (one vectorized program, sharded over ``c.mesh``), then the
+    exchanges of adjacent replicas (:func:`~numpyro_bnp.infer._crm_tempering.swap_replicas`)."""
+    nums, kept = _replica_numbers(c, numbers, state)
+    cold = state._replace(replicas=None, swap_rate=None, swapped=None)
+    stack = _stack(cold, state.replicas.states)
+    stack, gaussian = tempering.constrain_replicas(
+        (stack, (nums.noise_var, nums.trait_loc, nums.trait_var)), c.mesh
+    )  # the data (nums.obs) are not split over the devices
+    nums = nums._replace(noise_var=gaussian[0], trait_loc=gaussian[1], trait_var=gaussian[2])
+    swept = jax.vmap(lambda n, s: _sweep(c, n, s), in_axes=(_NUMBERS_AXES, 0))(nums, stack)
+    swept = tempering.constrain_replicas(swept, c.mesh)
+    # the exchange's key comes from the first replica's stream (it moves with its state)
+    key, k_swap = random.split(swept.rng_key[0])
+    swept = swept._replace(rng_key=swept.rng_key.at[0].set(key))
+    swept, rate, swapped = tempering.swap_replicas(
+        k_swap,
+        swept,
+        nums,
+        numbers.obs,
+        state.i % 2,
+        count_site=c.spec.count_site,
+        trait_site=c.spec.trait_site,
+    )
+    saturated = jnp.any(swept.saturated)
+    new = jax.tree.map(lambda a: a[0], swept)
+    hot = jax.tree.map(lambda a: a[1:], swept)
+    gaussian = (None, None, None) if kept is None else tuple(kept)
+    return new._replace(
+        saturated=saturated,
+        num_saturated=state.num_saturated + saturated.astype(jnp.int32),
+        replicas=tempering.Replicas(hot, *gaussian),
+        swap_rate=rate,
+        swapped=swapped,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # the kernel
 # ---------------------------------------------------------------------------------------------
 class CRMSlice(CRMSliceKernel):
@@ -348,6 +457,22 @@ class CRMSlice(CRMSliceKernel):
         sequential ``O(D)`` steps. Default 0 (the paper's count step): on low-dimensional data
         a birth seeded by one row's residual can keep a blend of features as a feature of its
         own (measured in the doc).
+    :param temperatures: tempered replicas (parallel tempering: Geyer 1991; Earl & Deem 2005;
+        ``docs/crm_slice.md``, "Tempered replicas"; :mod:`numpyro_bnp.infer._crm_tempering`):
+        ``None`` (default) runs one replica; a sequence of inverse temperatures
+        ``1 = β_0 > β_1 > … > 0`` runs one replica per ``β_r``, that of ``β_r`` on the model with
+        noise variance ``σ²/β_r`` (the likelihood raised to ``β_r``), all swept as one vectorized
+        program; after each sweep adjacent replicas exchange their states with probability
+        ``min(1, exp((β_r - β_{r+1})(ℓ_{r+1} - ℓ_r)))``, ``ℓ`` the untempered log-likelihood.
+        An int ``R >= 2`` gives ``R`` replicas on the geometric ladder
+        ``β_r = exp(-r √(2/(N D)))``. The samples, ``num_active``, ``log_joint`` and the other
+        fields are the untempered replica's; ``swap_rate`` and ``swapped`` (``extra_fields``)
+        report the exchanges (:class:`CRMSliceState`). As a block of
+        :class:`numpyro.infer.Gibbs` the other blocks see the untempered replica only, and the
+        hot replicas keep the noise and trait prior of the end of warm-up.
+    :param bool shard_replicas: with several devices (``jax.devices()``), lay the replicas out
+        over the largest number of them that divides ``R`` (default ``True``). Set ``False``
+        when the chains already take the devices (``chain_method="parallel"``).
     :param str on_saturation: a sweep that needs more atoms than the buffer holds ``"warn"`` s
         (a ``RuntimeWarning`` on the host, again each time a chain's count of such sweeps
         doubles) or raises (``"error"``: a ``RuntimeError`` stops the run).
@@ -373,7 +498,13 @@ class CRMSlice(CRMSliceKernel):
 
     observation = "linear_gaussian"
     other_kernel = "CRMTopicSlice"
-    fixed_options = (*CRMSliceKernel.fixed_options, "n_swaps", "n_collapsed")
+    fixed_options = (
+        *CRMSliceKernel.fixed_options,
+        "n_swaps",
+        "n_collapsed",
+        "temperatures",
+        "shard_replicas",
+    )
 
     @renamed_arguments(max_atoms="max_features")
     def __init__(
@@ -389,6 +520,8 @@ class CRMSlice(CRMSliceKernel):
         mark_step=0.3,
         n_swaps=5,
         n_collapsed=0,
+        temperatures=None,
+        shard_replicas=True,
         on_saturation="warn",
     ):
         super().__init__(
@@ -404,6 +537,31 @@ class CRMSlice(CRMSliceKernel):
         )
         self.n_swaps = nonnegative_int(n_swaps, "n_swaps")
         self.n_collapsed = nonnegative_int(n_collapsed, "n_collapsed")
+        tempering.temperature_ladder(temperatures)  # a ValueError naming it, here
+        if temperatures is None:
+            self.temperatures = None
+        elif isinstance(temperatures, int | np.integer):
+            self.temperatures = int(temperatures)
+        else:
+            self.temperatures = tempering.temperature_ladder(temperatures)
+        if not isinstance(shard_replicas, bool | np.bool_):
+            raise ValueError(f"shard_replicas must be True or False, got {shard_replicas!r}")
+        self.shard_replicas = bool(shard_replicas)
+        self._num_warmup = 0
+
+    @property
+    def temperature_ladder(self):
+        """The inverse temperatures ``(β_0 = 1, β_1, …)`` of the replicas (``None`` without
+        tempering, or before :meth:`init` for an int ``temperatures``)."""
+        if self.constants is not None:
+            return self.constants.betas
+        return None if isinstance(self.temperatures, int) else self.temperatures
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        """A chain (or a batch of chains) with no instantiated atom (with ``temperatures``:
+        ``R`` such replicas); see :meth:`CRMSliceKernel.init`."""
+        self._num_warmup = int(num_warmup)
+        return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
 
     @renamed_arguments(max_atoms="max_features")
     def grow(self, state, max_features=None):
@@ -413,7 +571,19 @@ class CRMSlice(CRMSliceKernel):
         Between runs: ``mcmc.post_warmup_state = kernel.grow(mcmc.last_state)`` then
         ``mcmc.run(...)`` continues the chains with the larger buffer (one recompilation).
         """
-        return super().grow(state, max_features)
+        replicas = state.replicas
+        old = state.arrivals.shape[-1]
+        state = super().grow(state._replace(replicas=None), max_features)
+        if replicas is None:
+            return state
+        pad = state.arrivals.shape[-1] - old
+        hot = self._pad(self.constants, replicas.states, pad)
+        hot = hot._replace(
+            arrivals=pad_last(hot.arrivals, -1, pad),
+            marks=pad_last(hot.marks, -1, pad, 0.5),
+            saturated=jnp.zeros_like(hot.saturated),
+        )
+        return state._replace(replicas=replicas._replace(states=hot))
 
     def postprocess_fn(self, model_args, model_kwargs):
         """Zero the traits of unused atoms (their values are prior draws, not posterior), then add
@@ -442,8 +612,21 @@ class CRMSlice(CRMSliceKernel):
             np.all(spec.noise_var == spec.noise_var[0])
             and np.all(spec.trait_var == spec.trait_var[0])
         )
+        cells = spec.num_rows * spec.dim if spec.obs_value is not None else 1
+        betas = tempering.temperature_ladder(self.temperatures, cells)
+        mesh = None if betas is None else tempering.replica_mesh(len(betas), self.shard_replicas)
         return _Constants(
-            spec, atoms, capacity, gibbs, self.xi_scale, self.n_swaps, self.n_collapsed, shared
+            spec,
+            atoms,
+            capacity,
+            gibbs,
+            self.xi_scale,
+            self.n_swaps,
+            self.n_collapsed,
+            shared,
+            betas,
+            mesh,
+            self._num_warmup,
         )
 
     def _state_rows(self, state):
@@ -483,10 +666,14 @@ class CRMSlice(CRMSliceKernel):
         )
 
     def _init_chain(self, c, numbers, key):
-        return _init_chain(c, numbers, key)
+        if c.betas is None:
+            return _init_chain(c, numbers, key)
+        return _tempered_init_chain(c, numbers, key)
 
     def _sweep(self, c, numbers, state):
-        return _sweep(c, numbers, state)
+        if c.betas is None:
+            return _sweep(c, numbers, state)
+        return _tempered_sweep(c, numbers, state)
 
     def _pad(self, c, state, pad):
         spec = c.spec

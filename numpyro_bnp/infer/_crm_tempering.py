@@ -1,0 +1,241 @@
+r"""Tempered replicas (parallel tempering) for the CRM slice sampler of linear-Gaussian models.
+
+Geyer, *Markov chain Monte Carlo maximum likelihood*, Computing Science and Statistics 1991;
+Earl & Deem, *Parallel tempering: theory, applications, and new perspectives*, PCCP 2005; the
+swap schedule of Syed, Bouchard-Côté, Deligiannidis & Doucet, *Non-reversible parallel
+tempering: a scalable highly parallel MCMC scheme*, JRSS B 2022 (``docs/crm_slice.md``,
+"Tempered replicas").
+
+Replica ``r`` of a ladder ``1 = β_0 > β_1 > … > β_{R-1} > 0`` targets the posterior with the
+likelihood raised to ``β_r``. The observations of every model of
+:class:`~numpyro_bnp.infer.CRMSlice` are ``y_n ~ N(Σ_k X_nk ψ_k, σ² I)``, and
+
+.. math::
+    N(y \mid m, σ^2)^{β} \propto N(y \mid m, σ^2/β)
+
+with a constant that does not depend on the latent state: replica ``r`` is the same model with
+noise variance ``σ²/β_r`` (:func:`replica_numbers`), swept by the unchanged sweep. After the
+sweep of every replica, adjacent replicas ``(r, r+1)`` exchange their whole states (atoms,
+arrivals, marks, counts, traits, keys) with probability ``min(1, exp(Δ_r))``,
+
+.. math::
+    Δ_r = g_r(s_{r+1}) + g_{r+1}(s_r) - g_r(s_r) - g_{r+1}(s_{r+1})
+        = (β_r - β_{r+1}) (ℓ(s_{r+1}) - ℓ(s_r)),
+
+``g_r`` the part of replica ``r``'s log density that differs between replicas (the Normal
+likelihood at its noise variance and the trait prior of the instantiated atoms) and ``ℓ`` the
+untempered log-likelihood ``log p(y | X, ψ)`` at ``σ²`` (:func:`swap_replicas` evaluates every
+``g_r`` at every state, :func:`cross_log_densities`, so that it also holds when replicas differ in
+more than ``β``: a block of :class:`numpyro.infer.Gibbs`, whose hot replicas keep the noise and
+trait prior of the end of warm-up). Each swap is a Metropolis move with a symmetric proposal (an
+exchange is its own inverse) and the pairs of one sweep are disjoint, so the product of the
+replicas' targets is kept; the first replica's marginal is the untempered posterior.
+
+The pairs alternate deterministically (Syed et al. 2022, "DEO"): even pairs ``(0, 1), (2, 3), …``
+after even sweeps, odd pairs after odd ones, a non-reversible schedule under which a state
+travels the ladder in ``O(R)`` sweeps rather than ``O(R²)``.
+"""
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import random
+
+__all__ = [
+    "Replicas",
+    "constrain_replicas",
+    "cross_log_densities",
+    "replica_mesh",
+    "replica_numbers",
+    "swap_replicas",
+    "temperature_ladder",
+]
+
+REPLICA_AXIS = "replicas"
+
+
+class Replicas(NamedTuple):
+    """The tempered replicas of a :class:`~numpyro_bnp.infer.CRMSliceState` (its ``replicas``).
+
+    :ivar states: the ``R - 1`` hot replicas, a ``CRMSliceState`` with a leading axis ``R - 1``
+        (replica ``r`` at ``states[r - 1]``; the first replica is the state itself);
+    :ivar noise_var, trait_loc, trait_var: ``(R - 1, D)`` the Gaussian numbers of the hot
+        replicas (a block of :class:`numpyro.infer.Gibbs`: those at the end of warm-up, see
+        :func:`replica_numbers`; otherwise ``None``: each sweep tempers the current ones).
+    """
+
+    states: object
+    noise_var: jnp.ndarray | None = None
+    trait_loc: jnp.ndarray | None = None
+    trait_var: jnp.ndarray | None = None
+
+
+def temperature_ladder(temperatures, num_cells=None):
+    """The inverse temperatures ``(β_0, …, β_{R-1})`` of ``temperatures``, or ``None``.
+
+    :param temperatures: ``None`` (no tempering); an int ``R >= 2``: the geometric ladder
+        ``β_r = exp(-r √(2 / (N D)))`` for ``N D = num_cells`` observed numbers (the spacing at
+        which the expected log swap ratio of two replicas of a Gaussian likelihood is about -1,
+        ``docs/crm_slice.md``; ``num_cells=None`` checks the int only); or a sequence of inverse
+        temperatures ``1 = β_0 > β_1 > … > β_{R-1} > 0``.
+    :raises ValueError: naming ``temperatures``, for anything else.
+    """
+    if temperatures is None:
+        return None
+    if isinstance(temperatures, bool | np.bool_):
+        raise ValueError(
+            f"temperatures must be None, an int >= 2 or a sequence, got {temperatures}"
+        )
+    if isinstance(temperatures, int | np.integer):
+        if temperatures < 2:
+            raise ValueError(
+                f"temperatures must be an int >= 2 (the number of replicas), got {temperatures} "
+                "(None runs without tempered replicas)"
+            )
+        if num_cells is None:
+            return None
+        step = math.sqrt(2.0 / max(int(num_cells), 1))
+        return tuple(math.exp(-r * step) for r in range(int(temperatures)))
+    try:
+        betas = np.asarray(temperatures, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"temperatures must be None, an int >= 2 or a sequence of inverse temperatures, "
+            f"got {temperatures!r}"
+        ) from None
+    if betas.ndim != 1 or betas.size < 2:
+        raise ValueError(
+            "temperatures must be a sequence of at least 2 inverse temperatures "
+            f"1 = β_0 > β_1 > ... > 0, got {temperatures!r}"
+        )
+    if not np.all(np.isfinite(betas)):
+        raise ValueError(f"temperatures must be finite, got {temperatures!r}")
+    if betas[0] != 1.0:
+        raise ValueError(
+            f"temperatures must start at 1 (the untempered replica, whose draws are the "
+            f"samples), got {betas[0]}"
+        )
+    if np.any(betas <= 0):
+        raise ValueError(f"temperatures must be > 0, got {temperatures!r}")
+    if np.any(np.diff(betas) >= 0):
+        raise ValueError(f"temperatures must be strictly decreasing, got {temperatures!r}")
+    return tuple(float(b) for b in betas)
+
+
+def replica_numbers(numbers, betas):
+    """The Gaussian numbers of each replica: ``noise_var`` ``(R, D)`` ``σ²/β_r`` (a likelihood
+    raised to ``β_r``), the trait prior repeated: a ``CRMTraitNumbers`` whose ``obs`` is shared."""
+    betas = jnp.asarray(betas, numbers.noise_var.dtype)
+    num = betas.shape[0]
+    return numbers._replace(
+        noise_var=numbers.noise_var[None] / betas[:, None],
+        trait_loc=jnp.broadcast_to(numbers.trait_loc, (num, *numbers.trait_loc.shape)),
+        trait_var=jnp.broadcast_to(numbers.trait_var, (num, *numbers.trait_var.shape)),
+    )
+
+
+def replica_mesh(num_replicas, shard=True):
+    """A one-axis :class:`jax.sharding.Mesh` over the largest number of devices that divides
+    ``num_replicas`` (``None`` with one device or ``shard=False``: no sharding)."""
+    if not shard:
+        return None
+    devices = jax.devices()
+    size = max(d for d in range(1, min(len(devices), num_replicas) + 1) if num_replicas % d == 0)
+    if size == 1:
+        return None
+    return jax.sharding.Mesh(np.asarray(devices[:size]), (REPLICA_AXIS,))
+
+
+def constrain_replicas(tree, mesh):
+    """``tree`` (leading axis: the replicas) laid out over ``mesh``'s devices (XLA's SPMD
+    partitioner then runs each device's replicas there); unchanged without a mesh."""
+    if mesh is None:
+        return tree
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(REPLICA_AXIS))
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
+def _state_statistics(obs, x, traits, num_atoms, dtype):
+    """What :func:`cross_log_densities` needs of one state: the residual's sum of squares per
+    column ``(D,)`` (zeros without data), the number of instantiated atoms and the sums of their
+    traits and squared traits ``(D,)``."""
+    live = (jnp.arange(traits.shape[0]) < num_atoms)[:, None]
+    psi = jnp.where(live, traits, 0.0)
+    if obs is None:
+        ss = jnp.zeros(traits.shape[-1], dtype)
+    else:
+        ss = jnp.sum((obs - x.astype(dtype) @ traits) ** 2, axis=0)
+    return ss, num_atoms.astype(dtype), psi.sum(0), (psi**2).sum(0)
+
+
+def cross_log_densities(numbers, obs, x, traits, num_atoms):
+    """``(G, L)``, ``(R, R)``: ``G[r, s] = g_r(state s)``, the Normal log-likelihood of state
+    ``s`` at replica ``r``'s noise variance plus the log prior density of its instantiated
+    traits under replica ``r``'s trait prior, and ``L[r, s]`` its log-likelihood part.
+
+    :param numbers: the replicas' numbers (:func:`replica_numbers`: ``(R, D)`` fields);
+    :param obs: ``(N, D)`` or ``None``; :param x, traits, num_atoms: the states' ``(R, N, C)``
+        counts, ``(R, C, D)`` traits and ``(R,)`` instantiated atoms.
+    """
+    dtype = traits.dtype
+    ss, count, s1, s2 = jax.vmap(lambda a, b, c: _state_statistics(obs, a, b, c, dtype))(
+        x, traits, num_atoms
+    )
+    var, loc, tvar = numbers.noise_var, numbers.trait_loc, numbers.trait_var  # (R, D)
+    if obs is None:
+        lik = jnp.zeros((var.shape[0], x.shape[0]), dtype)
+    else:
+        rows = obs.shape[0]
+        lik = (
+            -0.5 * jnp.sum(ss[None] / var[:, None], -1)
+            - 0.5 * rows * jnp.sum(jnp.log(2 * jnp.pi * var), -1)[:, None]
+        )
+    quad = s2[None] - 2 * loc[:, None] * s1[None] + count[None, :, None] * loc[:, None] ** 2
+    prior = (
+        -0.5 * jnp.sum(quad / tvar[:, None], -1)
+        - 0.5 * count[None] * jnp.sum(jnp.log(2 * jnp.pi * tvar), -1)[:, None]
+    )
+    return lik + prior, lik
+
+
+def swap_replicas(key, states, numbers, obs, parity, *, count_site, trait_site):
+    """Exchange adjacent replicas (module docstring): the even pairs for ``parity`` 0, the odd
+    ones for 1.
+
+    :param states: the ``R`` replicas' states, stacked (a ``CRMSliceState`` with a leading axis);
+    :param numbers: their Gaussian numbers (``(R, D)`` fields); :param obs: the data or ``None``.
+    :return: ``(states, swap_rate, swapped)``: the states after the exchanges (their
+        ``log_likelihood`` and ``log_joint`` at their new replica), ``(R - 1,)`` the acceptance
+        probability ``min(1, exp(Δ_r))`` of every pair at the swept states (proposed or not: its
+        mean over draws estimates the pair's acceptance rate) and ``(R - 1,)`` bool, the pairs
+        exchanged.
+    """
+    x, traits = states.z[count_site], states.z[trait_site]
+    g, lik = cross_log_densities(numbers, obs, x, traits, states.num_atoms)
+    num = g.shape[0]
+    pair = jnp.arange(num - 1)
+    # each difference compares two replicas' densities at one state: exactly 0 when they agree
+    delta = (g[pair, pair + 1] - g[pair + 1, pair + 1]) + (g[pair + 1, pair] - g[pair, pair])
+    rate = jnp.where(jnp.isnan(delta), 0.0, jnp.exp(jnp.minimum(delta, 0.0)))
+    log_u = jnp.log(random.uniform(key, (num - 1,), g.dtype))
+    swapped = (pair % 2 == parity) & (log_u < delta)
+    index = jnp.arange(num)
+    up = jnp.concatenate([swapped, jnp.zeros(1, bool)])  # replica r takes r + 1's state
+    down = jnp.concatenate([jnp.zeros(1, bool), swapped])  # replica r takes r - 1's state
+    source = jnp.where(up, index + 1, jnp.where(down, index - 1, index))
+    moved = source != index
+    states = jax.tree.map(lambda a: a[source], states)
+    log_lik = jnp.where(moved, lik[index, source], states.log_likelihood)
+    log_joint = jnp.where(
+        moved,
+        states.log_joint - g[source, source] + g[index, source],
+        states.log_joint,
+    )
+    states = states._replace(
+        log_likelihood=log_lik.astype(states.log_likelihood.dtype),
+        log_joint=log_joint.astype(states.log_joint.dtype),
+    )
+    return states, rate, swapped
