@@ -27,7 +27,7 @@ from numpyro_bnp._checks import (
 from numpyro_bnp.distributions.crm import REPRESENTATIONS
 from numpyro_bnp.infer._crm_atoms import AtomSeries
 from numpyro_bnp.infer._crm_model import read_crm_trait_model
-from numpyro_bnp.infer._crm_sweep import pad_last
+from numpyro_bnp.infer._crm_sweep import pad_atom_fields
 from numpyro_bnp.infer._mcmc import (
     chains_batched,
     on_saturation_option,
@@ -62,7 +62,12 @@ class CRMSliceKernel(FixedOptions, MCMCKernel):
     ``_data(constants, state, model_args, model_kwargs)`` (the data at these arguments, checked
     against the state; ``state`` is ``None`` at :meth:`init`), ``_state_rows(state)``,
     ``_init_chain(constants, data, key)``, ``_sweep(constants, data, state)`` (one chain; pure)
-    and ``_pad(constants, state, pad)`` (the subclass's fields of :meth:`grow`).
+    and ``_pad(constants, state, pad)`` (the subclass's fields of :meth:`grow`). Its state is a
+    ``NamedTuple`` with ``z`` (the sample), ``log_likelihood``, ``log_joint`` and the fields
+    every CRM slice sampler shares, which this shell reads (``DIAGNOSTIC_FIELDS``, the
+    saturation report, :meth:`grow`): ``i``, ``rng_key`` and those of
+    :func:`~numpyro_bnp.infer._crm_sweep.atom_fields` (documented in
+    :class:`~numpyro_bnp.infer.CRMSliceState`).
     """
 
     sample_field = "z"
@@ -228,12 +233,7 @@ class CRMSliceKernel(FixedOptions, MCMCKernel):
             )
         pad = new - old
         self.constants = self.constants._replace(capacity=new)
-        state = self._pad(self.constants, state, pad)
-        return state._replace(
-            arrivals=pad_last(state.arrivals, -1, pad),
-            marks=pad_last(state.marks, -1, pad, 0.5),
-            saturated=jnp.zeros_like(state.saturated),
-        )
+        return pad_atom_fields(self._pad(self.constants, state, pad), pad)
 
     # ------------------------------------------------------------------ set-up
     def _read(self, model_args, model_kwargs, gibbs):

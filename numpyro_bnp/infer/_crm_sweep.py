@@ -32,7 +32,19 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax, random
 
-__all__ = ["SweepResult", "live_theta", "num_used_atoms", "pad_last", "sweep_atoms"]
+from numpyro_bnp._math import count_parity
+from numpyro_bnp.distributions.ibp import num_active_features
+
+__all__ = [
+    "SweepResult",
+    "atom_fields",
+    "initial_atom_fields",
+    "live_theta",
+    "num_used_atoms",
+    "pad_atom_fields",
+    "pad_last",
+    "sweep_atoms",
+]
 
 
 class SweepResult(NamedTuple):
@@ -58,6 +70,53 @@ class SweepResult(NamedTuple):
     saturated: jnp.ndarray
     accept_gamma: jnp.ndarray
     accept_marks: jnp.ndarray
+
+
+def atom_fields(swept, num_saturated):
+    """The fields that every CRM slice sampler's state takes from a sweep, as keyword arguments:
+    the atoms and the sweep's diagnostics (:class:`~numpyro_bnp.infer.CRMSliceState` says what
+    they mean); ``num_saturated`` is the count before this sweep."""
+    return dict(
+        arrivals=swept.arrivals,
+        marks=swept.marks,
+        num_atoms=swept.num_atoms,
+        num_active=num_active_features(swept.x).astype(jnp.int32),
+        parity=count_parity(swept.x),
+        num_slice_atoms=swept.num_slice_atoms,
+        saturated=swept.saturated,
+        num_saturated=num_saturated + swept.saturated.astype(jnp.int32),
+        accept_gamma=swept.accept_gamma,
+        accept_marks=swept.accept_marks,
+    )
+
+
+def initial_atom_fields(x, arrivals, marks, num_atoms):
+    """:func:`atom_fields` of a chain's first state (no sweep done), with counts ``x`` ``(N, C)``
+    and the given atoms; plus ``i = 0``."""
+    zero = jnp.zeros((), arrivals.dtype)
+    return dict(
+        i=jnp.zeros((), jnp.int32),
+        arrivals=arrivals,
+        marks=marks,
+        num_atoms=num_atoms,
+        num_active=num_active_features(x).astype(jnp.int32),
+        parity=count_parity(x),
+        num_slice_atoms=jnp.zeros((), jnp.int32),
+        saturated=jnp.zeros((), bool),
+        num_saturated=jnp.zeros((), jnp.int32),
+        accept_gamma=zero,
+        accept_marks=zero,
+    )
+
+
+def pad_atom_fields(state, pad):
+    """``state`` with ``pad`` more empty atom slots in its shared fields (``arrivals``,
+    ``marks``) and ``saturated`` cleared; the kernel pads its own fields."""
+    return state._replace(
+        arrivals=pad_last(state.arrivals, -1, pad),
+        marks=pad_last(state.marks, -1, pad, 0.5),
+        saturated=jnp.zeros_like(state.saturated),
+    )
 
 
 def live_theta(atoms, arrivals, marks, num_atoms):

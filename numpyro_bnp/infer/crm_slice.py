@@ -40,8 +40,6 @@ import numpy as np
 from jax import random
 
 from numpyro_bnp._checks import is_concrete, nonnegative_int, observed_array, renamed_arguments
-from numpyro_bnp._math import count_parity
-from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_target as target
 from numpyro_bnp.infer import _crm_tempering as tempering
 from numpyro_bnp.infer._crm_atoms import draw_mass
@@ -49,7 +47,14 @@ from numpyro_bnp.infer._crm_births import collapsed_columns
 from numpyro_bnp.infer._crm_counts import update_counts
 from numpyro_bnp.infer._crm_kernel import CRMSliceKernel
 from numpyro_bnp.infer._crm_model import CRMTraitNumbers
-from numpyro_bnp.infer._crm_sweep import live_theta, pad_last, sweep_atoms
+from numpyro_bnp.infer._crm_sweep import (
+    atom_fields,
+    initial_atom_fields,
+    live_theta,
+    pad_atom_fields,
+    pad_last,
+    sweep_atoms,
+)
 from numpyro_bnp.infer._linear_gaussian import feature_posterior, sample_feature_posterior
 from numpyro_bnp.infer._mcmc import with_deterministic
 
@@ -58,6 +63,10 @@ __all__ = ["CRMSlice", "CRMSliceState"]
 
 class CRMSliceState(NamedTuple):
     """State of :class:`CRMSlice` (one chain; vectorized chains add a leading axis).
+
+    The fields of the atoms and the sweep (``i``, ``arrivals`` to ``accept_marks``, ``rng_key``)
+    are those of every CRM slice sampler, :class:`~numpyro_bnp.infer.CRMTopicSliceState` too
+    (filled by :func:`~numpyro_bnp.infer._crm_sweep.atom_fields`): they are documented here.
 
     :ivar i: sweeps done.
     :ivar z: the sample field: ``{count site: (N, C), trait site: (C, D)}`` plus ``{CRM site:
@@ -78,6 +87,7 @@ class CRMSliceState(NamedTuple):
         ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` (see
         :func:`~numpyro_bnp.infer._crm_target.log_joint`; plus ``log p(α)`` with a mass site)
         with the slice variables, the atoms after the ``K``-th and their traits integrated out.
+    :ivar rng_key: the PRNG key of the next sweep.
     :ivar replicas: with tempered replicas (``CRMSlice(..., temperatures=)``), the hot replicas
         (:class:`~numpyro_bnp.infer._crm_tempering.Replicas`); the fields above are those of the
         untempered replica (``β_0 = 1``), except ``saturated`` / ``num_saturated``, which count
@@ -198,20 +208,9 @@ def _init_chain(c, numbers, key):
     atoms = _atoms_at(c, z)
     theta = live_theta(atoms, arrivals, marks, num_atoms)
     log_lik, log_joint = _log_terms(c, atoms, z, theta, arrivals, num_atoms, numbers)
-    zero = jnp.zeros((), dtype)
     return CRMSliceState(
-        i=jnp.zeros((), jnp.int32),
         z=z,
-        arrivals=arrivals,
-        marks=marks,
-        num_atoms=num_atoms,
-        num_active=jnp.zeros((), jnp.int32),
-        parity=count_parity(x),
-        num_slice_atoms=jnp.zeros((), jnp.int32),
-        saturated=jnp.zeros((), bool),
-        num_saturated=jnp.zeros((), jnp.int32),
-        accept_gamma=zero,
-        accept_marks=zero,
+        **initial_atom_fields(x, arrivals, marks, num_atoms),
         log_likelihood=log_lik,
         log_joint=log_joint,
         rng_key=key,
@@ -277,32 +276,24 @@ def _sweep(c, numbers, state):
     z = {spec.count_site: swept.x, spec.trait_site: swept.traits}
     if spec.crm_site is not None:
         z[spec.crm_site] = swept.theta
-    arrivals = swept.arrivals
     if spec.mass_site is not None:  # α | atoms; the atoms stay, their arrivals scale with α
         key, k_mass = random.split(key)
         mass = state.z[spec.mass_site]
         last = jnp.maximum(swept.num_atoms - 1, 0)
-        last_arrival = jnp.where(swept.num_atoms > 0, arrivals[last], 0.0)
+        last_arrival = jnp.where(swept.num_atoms > 0, swept.arrivals[last], 0.0)
         log_tail = atoms.log_no_later_use(last_arrival, swept.theta[last], swept.num_atoms)
         new = draw_mass(k_mass, spec.mass_prior, mass, last_arrival, swept.num_atoms, log_tail)
         new = new.astype(dtype)
-        arrivals = arrivals * (new / mass)
+        swept = swept._replace(arrivals=swept.arrivals * (new / mass))
         z[spec.mass_site] = new
         atoms = c.atoms.at_mass(new)
-    log_lik, log_joint = _log_terms(c, atoms, z, swept.theta, arrivals, swept.num_atoms, numbers)
+    log_lik, log_joint = _log_terms(
+        c, atoms, z, swept.theta, swept.arrivals, swept.num_atoms, numbers
+    )
     return CRMSliceState(
         i=state.i + 1,
         z=z,
-        arrivals=arrivals,
-        marks=swept.marks,
-        num_atoms=swept.num_atoms,
-        num_active=num_active_features(swept.x).astype(jnp.int32),
-        parity=count_parity(swept.x),
-        num_slice_atoms=swept.num_slice_atoms,
-        saturated=swept.saturated,
-        num_saturated=state.num_saturated + swept.saturated.astype(jnp.int32),
-        accept_gamma=swept.accept_gamma,
-        accept_marks=swept.accept_marks,
+        **atom_fields(swept, state.num_saturated),
         log_likelihood=log_lik,
         log_joint=log_joint,
         rng_key=key,
@@ -571,19 +562,7 @@ class CRMSlice(CRMSliceKernel):
         Between runs: ``mcmc.post_warmup_state = kernel.grow(mcmc.last_state)`` then
         ``mcmc.run(...)`` continues the chains with the larger buffer (one recompilation).
         """
-        replicas = state.replicas
-        old = state.arrivals.shape[-1]
-        state = super().grow(state._replace(replicas=None), max_features)
-        if replicas is None:
-            return state
-        pad = state.arrivals.shape[-1] - old
-        hot = self._pad(self.constants, replicas.states, pad)
-        hot = hot._replace(
-            arrivals=pad_last(hot.arrivals, -1, pad),
-            marks=pad_last(hot.marks, -1, pad, 0.5),
-            saturated=jnp.zeros_like(hot.saturated),
-        )
-        return state._replace(replicas=replicas._replace(states=hot))
+        return super().grow(state, max_features)
 
     def postprocess_fn(self, model_args, model_kwargs):
         """Zero the traits of unused atoms (their values are prior draws, not posterior), then add
@@ -682,4 +661,8 @@ class CRMSlice(CRMSliceKernel):
         for name in (spec.count_site, spec.crm_site):
             if name is not None:
                 z[name] = pad_last(z[name], -1, pad)
-        return state._replace(z=z)
+        state = state._replace(z=z)
+        if state.replicas is None:
+            return state
+        hot = pad_atom_fields(self._pad(c, state.replicas.states, pad), pad)
+        return state._replace(replicas=state.replicas._replace(states=hot))

@@ -27,13 +27,17 @@ import numpy as np
 from jax import random
 
 from numpyro_bnp._checks import is_concrete
-from numpyro_bnp._math import count_parity
-from numpyro_bnp.distributions.ibp import num_active_features
 from numpyro_bnp.infer import _crm_target as target
 from numpyro_bnp.infer import _crm_topics as topic_model
 from numpyro_bnp.infer._crm_counts import update_counts
 from numpyro_bnp.infer._crm_kernel import CRMSliceKernel
-from numpyro_bnp.infer._crm_sweep import live_theta, pad_last, sweep_atoms
+from numpyro_bnp.infer._crm_sweep import (
+    atom_fields,
+    initial_atom_fields,
+    live_theta,
+    pad_last,
+    sweep_atoms,
+)
 from numpyro_bnp.infer._mcmc import with_deterministic
 
 __all__ = ["CRMTopicSlice", "CRMTopicSliceState"]
@@ -42,16 +46,14 @@ __all__ = ["CRMTopicSlice", "CRMTopicSliceState"]
 class CRMTopicSliceState(NamedTuple):
     """State of :class:`CRMTopicSlice` (one chain; vectorized chains add a leading axis).
 
-    :ivar i: sweeps done.
+    :ivar i, arrivals, marks, num_atoms, num_active, parity, num_slice_atoms, saturated,
+        num_saturated, accept_gamma, accept_marks, rng_key: the atoms and the sweep, as in
+        :class:`~numpyro_bnp.infer.CRMSliceState` (the fields every CRM slice sampler has).
     :ivar z: the sample field ``{CRM site: (C,), topic site: (C, V), rate site: (N, C)}`` (0
         beyond ``num_atoms``), for a capacity ``C``.
-    :ivar arrivals: ``(C,)`` arrival times ``Γ_k`` of the instantiated atoms (0 beyond).
-    :ivar marks: ``(C,)`` uniform coordinates ``P_k = F_G(V_k)`` of the marks.
     :ivar counts: ``(N, C)`` counts ``X``: the words of document ``n`` on atom ``k``.
     :ivar allocation: ``(N, L)`` atom (0-based) of each token of the token buffer (``(N, 0)``
         without word counts).
-    :ivar num_atoms, num_active, parity, num_slice_atoms, saturated, num_saturated,
-        accept_gamma, accept_marks: as in :class:`~numpyro_bnp.infer.CRMSliceState`.
     :ivar log_likelihood: ``log p(y | rates, topics)`` at the rates drawn for the output.
     :ivar log_joint: the log density of the sampler's target at the state: negative-binomial
         counts (rates integrated out), ``Dir(β)`` topics and the words with their topics given the
@@ -116,23 +118,12 @@ def _init_chain(c, words, key):
     arrivals = jnp.zeros(cap, dtype).at[0].set(num_atoms.astype(dtype))
     marks = jnp.full(cap, 0.5, dtype)
     theta = live_theta(c.atoms, arrivals, marks, num_atoms)
-    zero = jnp.zeros((), dtype)
     return CRMTopicSliceState(
-        i=jnp.zeros((), jnp.int32),
         z=z,
-        arrivals=arrivals,
-        marks=marks,
         counts=counts,
         allocation=allocation,
-        num_atoms=num_atoms,
-        num_active=num_active_features(counts).astype(jnp.int32),
-        parity=count_parity(counts),
-        num_slice_atoms=jnp.zeros((), jnp.int32),
-        saturated=jnp.zeros((), bool),
-        num_saturated=jnp.zeros((), jnp.int32),
-        accept_gamma=zero,
-        accept_marks=zero,
-        log_likelihood=zero,
+        **initial_atom_fields(counts, arrivals, marks, num_atoms),
+        log_likelihood=jnp.zeros((), dtype),
         log_joint=_log_joint(c, theta, arrivals, num_atoms, counts, topics, allocation, words),
         rng_key=random.split(key)[0],  # the key left after a split, as in CRMSlice
     )
@@ -211,18 +202,9 @@ def _sweep(c, words, state):
     return CRMTopicSliceState(
         i=state.i + 1,
         z={spec.crm_site: swept.theta, spec.trait_site: topics, spec.rate_site: rates},
-        arrivals=swept.arrivals,
-        marks=swept.marks,
         counts=swept.x,
         allocation=allocation,
-        num_atoms=swept.num_atoms,
-        num_active=num_active_features(swept.x).astype(jnp.int32),
-        parity=count_parity(swept.x),
-        num_slice_atoms=swept.num_slice_atoms,
-        saturated=swept.saturated,
-        num_saturated=state.num_saturated + swept.saturated.astype(jnp.int32),
-        accept_gamma=swept.accept_gamma,
-        accept_marks=swept.accept_marks,
+        **atom_fields(swept, state.num_saturated),
         log_likelihood=log_lik,
         log_joint=_log_joint(
             c,
