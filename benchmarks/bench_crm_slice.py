@@ -33,10 +33,11 @@ whose prediction exceeds the budget is skipped and reported as such.
 ``--data digits`` runs both engines on real data instead: scikit-learn's digits (pixels / 16,
 D = 64, shuffled with a fixed seed), the first ``N`` images fitted and the last 200 held out,
 under ``linear_gaussian`` with α = 3, σ_A = 0.5, σ_o = 0.15 (``DIGITS``); ``CRMSlice`` with the
-settings ``docs/crm_slice.md`` recommends at high dimension (``n_collapsed=5, xi_scale=3``).
+settings ``docs/crm_slice.md`` recommends at high dimension (``n_collapsed=5, xi_scale=3``;
+``--tempered R`` adds it with ``R`` tempered replicas).
 Four vectorized chains of each engine start from their first state and advance by compiled
-calls of ``--segment`` sweeps; after each call the held-out log predictive per image of that
-segment's draws (20 draws, :func:`numpyro_bnp.bench.features.held_out_curve`) is printed with
+sweeps, ``--segments`` segments of ``--segment`` sweeps; after each the held-out log
+predictive per image of that segment's draws (20 draws, :func:`numpyro_bnp.bench.features.held_out_curve`) is printed with
 the compiled seconds so far, and the table ends with the seconds each engine needed to reach
 the baseline's best score (within 1 nat). The figure is ``docs/figures/crm_slice_digits.png``.
 
@@ -108,17 +109,21 @@ DIGITS = dict(mass=3.0, sigma_a=0.5, sigma_o=0.15)
 DIGITS_TEST, DIGITS_DRAWS, DIGITS_IS = 200, 20, 1000
 
 
-def digits_curves(rows_list, segment, num_segments, capacity, path):
-    """The real-data section (module docstring): one held-out curve per (engine, N)."""
+def digits_curves(rows_list, segment, num_segments, capacity, path, replicas=0):
+    """The real-data section (module docstring): one held-out curve per (engine, N);
+    ``replicas`` adds ``CRMSlice`` with that many tempered replicas."""
     from numpyro_bnp.bench.features import DrawScorer, digits_pixels, held_out_curve
     from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice
 
-    engines = {
-        "CRMSlice(n_collapsed=5, xi_scale=3)": lambda: CRMSlice(
-            linear_gaussian, n_collapsed=5, xi_scale=3.0, max_features=2 * capacity
-        ),
-        "AcceleratedIBPGibbs": lambda: AcceleratedIBPGibbs(linear_gaussian),
-    }
+    def crm_slice(**options):
+        return lambda: CRMSlice(
+            linear_gaussian, n_collapsed=5, xi_scale=3.0, max_features=2 * capacity, **options
+        )
+
+    engines = {"CRMSlice(n_collapsed=5, xi_scale=3)": crm_slice()}
+    if replicas:
+        engines[f"  same, temperatures={replicas}"] = crm_slice(temperatures=replicas)
+    engines["AcceleratedIBPGibbs"] = lambda: AcceleratedIBPGibbs(linear_gaussian)
     curves = {}
     for num_rows in rows_list:
         train, test = digits_pixels(num_rows, DIGITS_TEST)
@@ -362,11 +367,14 @@ def main(argv=None):
     parser.add_argument("--digits-rows", nargs="+", type=int, default=[300], help="fitted N")
     parser.add_argument("--segment", type=int, default=25, help="digits: sweeps per call")
     parser.add_argument("--segments", type=int, default=12, help="digits: calls per engine")
+    parser.add_argument(
+        "--tempered", type=int, default=0, help="digits: add CRMSlice with this many replicas"
+    )
     args = parser.parse_args(argv)
     if args.data == "digits":
         capacity = args.max_features or 40
         path = FIGURE.replace("scaling", "digits") if args.plot == FIGURE else args.plot
-        digits_curves(args.digits_rows, args.segment, args.segments, capacity, path)
+        digits_curves(args.digits_rows, args.segment, args.segments, capacity, path, args.tempered)
         return
     bnb = args.model == "bnb"
     if bnb:
