@@ -37,9 +37,10 @@ settings ``docs/crm_slice.md`` recommends at high dimension (``n_collapsed=5, xi
 ``--tempered R`` adds it with ``R`` tempered replicas).
 Four vectorized chains of each engine start from their first state and advance by compiled
 sweeps, ``--segments`` segments of ``--segment`` sweeps; after each the held-out log
-predictive per image of that segment's draws (20 draws, :func:`numpyro_bnp.bench.features.held_out_curve`) is printed with
-the compiled seconds so far, and the table ends with the seconds each engine needed to reach
-the baseline's best score (within 1 nat). The figure is ``docs/figures/crm_slice_digits.png``.
+predictive per image of that segment's draws (20 draws,
+:func:`numpyro_bnp.bench.features.held_out_curve`) is printed with the compiled seconds so far,
+and the table ends with the seconds each engine needed to reach the baseline's best score
+(within 1 nat). The figure is ``docs/figures/crm_slice_digits.png``.
 
 Engines: ``crm_slice`` = :class:`numpyro_bnp.infer.CRMSlice` (topic model:
 :class:`numpyro_bnp.infer.CRMTopicSlice`),

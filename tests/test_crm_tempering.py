@@ -277,7 +277,8 @@ for shard in (True, False):
 assert np.array_equal(ea["num_active"], eb["num_active"])
 assert np.array_equal(ea["swapped"], eb["swapped"]) and ea["swapped"].any()
 assert np.array_equal(a["X"], b["X"])
-np.testing.assert_allclose(a["psi"], b["psi"], rtol=1e-6, atol=1e-9)
+# float32 sums over the devices in another order: the traits agree to rounding
+np.testing.assert_allclose(a["psi"], b["psi"], rtol=1e-5, atol=1e-6)
 np.testing.assert_allclose(ea["log_joint"], eb["log_joint"], rtol=1e-6)
 print("same")
 """

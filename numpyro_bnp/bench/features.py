@@ -192,8 +192,8 @@ def held_out_curve(kernel, train, test, model_kwargs, segments, scorer, num_draw
     milliseconds per sweep here), not as one compiled ``lax.scan``: with jax 0.10 on a loaded
     2-core CPU such a scan over ``AcceleratedIBPGibbs.sample`` (four chains, these data) never
     returned in 4 of 8 tries, XLA's runtime waiting with every thread idle. Single sweeps hung
-    too, once in the runs of ``benchmarks/bench_crm_slice.py --data digits``; a hung run is
-    restarted by hand.
+    too (``docs/crm_slice.md``, "Known problem with jax 0.10 on CPU", for the flag that avoids
+    both).
 
     :param segments: the sweeps of each segment, e.g. ``(25,) * 12``;
     :return: one dict per segment with ``sweeps`` (done so far), ``seconds`` (the compiled
