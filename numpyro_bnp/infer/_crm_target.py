@@ -19,8 +19,25 @@ from numpyro_bnp.infer import _crm_topics as topic_model
 
 def log_likelihood(residual, noise_var):
     """``log N(y | Xψ, σ² I)`` from the residual ``y - Xψ`` ``(N, D)`` and ``σ²`` ``(D,)``."""
-    quad = jnp.sum(residual**2 / noise_var)
-    return -0.5 * quad - 0.5 * residual.shape[0] * jnp.sum(jnp.log(2 * jnp.pi * noise_var))
+    return log_likelihood_of_squares(jnp.sum(residual**2, 0), residual.shape[0], noise_var)
+
+
+def log_likelihood_of_squares(squares, num_rows, noise_var):
+    """:func:`log_likelihood` from the residual's column sums of squares ``(D,)`` over
+    ``num_rows`` rows (a state's likelihood at several noise variances costs one residual)."""
+    return -0.5 * jnp.sum(squares / noise_var) - 0.5 * num_rows * jnp.sum(
+        jnp.log(2 * jnp.pi * noise_var)
+    )
+
+
+def trait_log_prior(traits, num_atoms, trait_loc, trait_var):
+    """``Σ_{k ≤ K} log N(ψ_k; μ_0, σ_0² I)`` of the ``K = num_atoms`` instantiated traits of
+    ``traits`` ``(C, D)``."""
+    live = (jnp.arange(traits.shape[0]) < num_atoms)[:, None]
+    log_normal = -0.5 * (traits - trait_loc) ** 2 / trait_var - 0.5 * jnp.log(
+        2 * jnp.pi * trait_var
+    )
+    return jnp.sum(jnp.where(live, log_normal, 0.0))
 
 
 def log_joint(
@@ -83,7 +100,5 @@ def log_joint(
         if words is not None:
             log_p += topic_model.log_token_density(words, allocation, x, traits)
         return log_p.astype(atoms.dtype)
-    loc, var = trait_loc, trait_var
-    log_normal = -0.5 * (traits - loc) ** 2 / var - 0.5 * jnp.log(2 * jnp.pi * var)
-    log_p += jnp.sum(jnp.where(live[:, None], log_normal, 0.0))
+    log_p += trait_log_prior(traits, num_atoms, trait_loc, trait_var)
     return (log_p + log_lik).astype(atoms.dtype)

@@ -44,6 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
+from numpyro_bnp.infer import _crm_target as target
+
 __all__ = [
     "Replicas",
     "constrain_replicas",
@@ -158,45 +160,36 @@ def constrain_replicas(tree, mesh):
     return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
 
 
-def _state_statistics(obs, x, traits, num_atoms, dtype):
-    """What :func:`cross_log_densities` needs of one state: the residual's sum of squares per
-    column ``(D,)`` (zeros without data), the number of instantiated atoms and the sums of their
-    traits and squared traits ``(D,)``."""
-    live = (jnp.arange(traits.shape[0]) < num_atoms)[:, None]
-    psi = jnp.where(live, traits, 0.0)
-    if obs is None:
-        ss = jnp.zeros(traits.shape[-1], dtype)
-    else:
-        ss = jnp.sum((obs - x.astype(dtype) @ traits) ** 2, axis=0)
-    return ss, num_atoms.astype(dtype), psi.sum(0), (psi**2).sum(0)
-
-
 def cross_log_densities(numbers, obs, x, traits, num_atoms):
     """``(G, L)``, ``(R, R)``: ``G[r, s] = g_r(state s)``, the Normal log-likelihood of state
     ``s`` at replica ``r``'s noise variance plus the log prior density of its instantiated
-    traits under replica ``r``'s trait prior, and ``L[r, s]`` its log-likelihood part.
+    traits under replica ``r``'s trait prior (:mod:`numpyro_bnp.infer._crm_target`), and
+    ``L[r, s]`` its log-likelihood part.
 
     :param numbers: the replicas' numbers (:func:`replica_numbers`: ``(R, D)`` fields);
     :param obs: ``(N, D)`` or ``None``; :param x, traits, num_atoms: the states' ``(R, N, C)``
         counts, ``(R, C, D)`` traits and ``(R,)`` instantiated atoms.
     """
     dtype = traits.dtype
-    ss, count, s1, s2 = jax.vmap(lambda a, b, c: _state_statistics(obs, a, b, c, dtype))(
-        x, traits, num_atoms
-    )
-    var, loc, tvar = numbers.noise_var, numbers.trait_loc, numbers.trait_var  # (R, D)
+    num = traits.shape[0]
+
+    def at_replicas(fn, state_args, replica_args):  # (R, R): replica r (rows), state s
+        over_states = jax.vmap(fn, in_axes=(*(0,) * len(state_args), *(None,) * len(replica_args)))
+        return jax.vmap(lambda *r: over_states(*state_args, *r))(*replica_args)
+
     if obs is None:
-        lik = jnp.zeros((var.shape[0], x.shape[0]), dtype)
-    else:
-        rows = obs.shape[0]
-        lik = (
-            -0.5 * jnp.sum(ss[None] / var[:, None], -1)
-            - 0.5 * rows * jnp.sum(jnp.log(2 * jnp.pi * var), -1)[:, None]
+        lik = jnp.zeros((num, num), dtype)
+    else:  # one residual per state, its column sums of squares at every replica's noise
+        squares = jax.vmap(lambda a, b: jnp.sum((obs - a.astype(dtype) @ b) ** 2, 0))(x, traits)
+        lik = at_replicas(
+            lambda sq, var: target.log_likelihood_of_squares(sq, obs.shape[0], var),
+            (squares,),
+            (numbers.noise_var,),
         )
-    quad = s2[None] - 2 * loc[:, None] * s1[None] + count[None, :, None] * loc[:, None] ** 2
-    prior = (
-        -0.5 * jnp.sum(quad / tvar[:, None], -1)
-        - 0.5 * count[None] * jnp.sum(jnp.log(2 * jnp.pi * tvar), -1)[:, None]
+    prior = at_replicas(
+        target.trait_log_prior,
+        (traits, num_atoms),
+        (numbers.trait_loc, numbers.trait_var),
     )
     return lik + prior, lik
 
