@@ -5,13 +5,13 @@ number of such sweeps (again each time a chain's count doubles), for one chain a
 chains; ``on_saturation="error"`` stops the run; a capacity that suffices gives no warning.
 """
 
-import re
 import warnings
 
 import numpy as np
 import pytest
 from jax import random
 from numpyro.infer import MCMC
+from saturation_checks import expected_reports, saturation_reports
 
 from numpyro_bnp.infer import AcceleratedIBPGibbs
 from numpyro_bnp.models import linear_gaussian
@@ -35,29 +35,6 @@ def run(chains, max_features, **kernel_kwargs):
     return mcmc
 
 
-def reported(messages):
-    """``{(chain or None, count, sweep)}`` of the warnings' "k of i sweeps"."""
-    found = set()
-    for message in messages:
-        for chain, count, sweep in re.findall(r"chain (\d+): (\d+) of (\d+) sweeps", message):
-            found.add((int(chain), int(count), int(sweep)))
-        for count, sweep in re.findall(r"full in (\d+) of (\d+) sweeps", message):
-            found.add((None, int(count), int(sweep)))
-    return found
-
-
-def expected(saturated, vectorized):
-    """The warnings' reports for ``saturated`` ``(chain, sweep)``: a sweep where a saturated
-    chain's count reaches 1, 2, 4, ...; vectorized chains report all chains saturated then."""
-    counts = np.cumsum(saturated, axis=1)
-    first = saturated & (counts & (counts - 1) == 0)
-    warned = first.any(0, keepdims=True) if vectorized else first
-    return {
-        (c if vectorized else None, int(counts[c, i]), i + 1)
-        for c, i in zip(*np.nonzero(saturated & warned), strict=True)
-    }
-
-
 @pytest.mark.parametrize("chains", [1, 2])
 def test_a_full_capacity_warns_with_counts(chains):
     with pytest.warns(RuntimeWarning, match=r"feature capacity \(2, the max_features") as record:
@@ -67,7 +44,7 @@ def test_a_full_capacity_warns_with_counts(chains):
     saturated = np.asarray(extra["saturated"])
     assert saturated.any()
     messages = [str(w.message) for w in record if "feature capacity" in str(w.message)]
-    assert reported(messages) == expected(saturated, vectorized=chains > 1)
+    assert saturation_reports(messages) == expected_reports(saturated, vectorized=chains > 1)
     assert all("larger max_features" in m for m in messages)
 
 

@@ -6,7 +6,6 @@ share a chain do (module fixtures): the beta–Bernoulli prior-only chain also s
 growth and the chain-method tests.
 """
 
-import re
 import warnings
 
 import jax
@@ -18,6 +17,7 @@ import pytest
 from jax import lax, random
 from mc_checks import check_mean
 from numpyro.infer import MCMC
+from saturation_checks import expected_reports, saturation_reports
 
 from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
 from numpyro_bnp.diagnostics import count_parity
@@ -75,31 +75,6 @@ def bb_prior():
         mcmc.run(random.PRNGKey(1), **BB_PRIOR)
     grown = [str(w.message) for w in grown_warnings]
     return dict(kernel=kernel, small=small, grown_state=state, mcmc=mcmc, grown_warnings=grown)
-
-
-def saturation_reports(messages):
-    """``{(chain, count, sweep)}`` read from saturation warnings ("chain c: k of i sweeps", or
-    "in k of i sweeps" for one chain: chain ``None``)."""
-    found = set()
-    for message in messages:
-        for chain, count, sweep in re.findall(r"chain (\d+): (\d+) of (\d+) sweeps", message):
-            found.add((int(chain), int(count), int(sweep)))
-        for count, sweep in re.findall(r"full in (\d+) of (\d+) sweeps", message):
-            found.add((None, int(count), int(sweep)))
-    return found
-
-
-def expected_reports(saturated, vectorized):
-    """The reports of the saturation warnings of ``saturated`` ``(chain, sweep)``: a warning in a
-    sweep where a saturated chain's count of saturated sweeps reaches 1, 2, 4, ...; vectorized
-    chains report every chain saturated in that sweep (chain ``None`` one at a time)."""
-    counts = np.cumsum(saturated, axis=1)
-    first = saturated & (counts & (counts - 1) == 0)
-    warned = first.any(0, keepdims=True) if vectorized else first
-    return {
-        (c if vectorized else None, int(counts[c, i]), i + 1)
-        for c, i in zip(*np.nonzero(saturated & warned), strict=True)
-    }
 
 
 def test_prior_only_beta_bernoulli_matches_c_harmonic(bb_prior):

@@ -21,9 +21,9 @@ import pytest
 from jax import random
 from mc_checks import check_mean
 from numpyro.infer import MCMC, Predictive
+from saturation_checks import saturation_reports
 from scipy.special import gammaln, logsumexp
 from scipy.stats import multivariate_normal
-from test_baselines_saturation import reported
 
 from numpyro_bnp import diagnostics, models
 from numpyro_bnp.arviz_compat import arviz, group
@@ -264,7 +264,7 @@ def test_a_full_capacity_warns_with_counts(chains):
     messages = [str(w.message) for w in record if "clusters plate" in str(w.message)]
     assert all("larger max_clusters" in m for m in messages)
     who = range(chains) if chains > 1 else [None]
-    assert reported(messages) == {(c, k, k) for c in who for k in (1, 2, 4)}
+    assert saturation_reports(messages) == {(c, k, k) for c in who for k in (1, 2, 4)}
 
 
 def test_a_full_capacity_can_stop_the_run():
