@@ -2,12 +2,15 @@
 
 import numpyro  # first, as a whole: see numpyro_bnp.arviz_compat (ArviZ 1.x loads it lazily)
 
-from numpyro_bnp import distributions
-from numpyro_bnp.arviz_compat import repair_numpyro_packages
-from numpyro_bnp.xla_cpu import enable_cpu_loop_kernels
+from numpyro_bnp.xla_cpu import avoid_cpu_scheduler_hang, enable_cpu_loop_kernels
+
+avoid_cpu_scheduler_hang()  # before anything computes: an XLA flag (see numpyro_bnp.xla_cpu)
+
+from numpyro_bnp import distributions  # noqa: E402
+from numpyro_bnp.arviz_compat import repair_numpyro_packages  # noqa: E402
 
 repair_numpyro_packages()
-del numpyro
+del numpyro, avoid_cpu_scheduler_hang
 
 __version__ = "0.1.0.dev0"
 

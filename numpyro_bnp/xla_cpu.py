@@ -12,15 +12,29 @@ XLA's cost model), passed as
 already exceeds; jax 0.12 compiles such loops into kernels by default.
 :func:`enable_cpu_loop_kernels` raises that limit for this process. Loops that sort, scatter or
 call library kernels (large matrix products) are never compiled this way.
+
+With jax 0.10 (jaxlib 0.10.x, the version pip installs on Python 3.11), XLA's CPU runtime can
+deadlock: a compiled program that runs many independent operations at once (tempered replicas
+of :class:`~numpyro_bnp.infer.CRMSlice` with vectorized chains, ``AcceleratedIBPGibbs`` sweeps
+in a ``lax.scan``) sometimes never returns, every thread idle and the caller waiting in
+``block_until_ready``. It happens at random, after a few or a few dozen sweeps. With XLA's
+concurrency-optimized scheduler (which orders the kernels of a program) switched off,
+``XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false``, none of the runs tried
+hangs, at no measurable cost in speed. jax 0.12 does not hang. So on jax older than 0.11, importing
+``numpyro_bnp`` adds that flag to ``XLA_FLAGS`` (:func:`avoid_cpu_scheduler_hang`) unless the
+variable already sets it (to either value). It takes effect only if JAX has not yet computed
+anything in the process; otherwise a ``RuntimeWarning`` says to import ``numpyro_bnp`` (or set
+the flag) before the first JAX computation.
 """
 
 import os
 import warnings
 
-__all__ = ["enable_cpu_loop_kernels"]
+__all__ = ["avoid_cpu_scheduler_hang", "enable_cpu_loop_kernels"]
 
 _OPTION = "xla_cpu_small_while_loop_byte_threshold"
 _EXTRA = "--xla_backend_extra_options="
+_SCHEDULER = "xla_cpu_enable_concurrency_optimized_scheduler"
 
 
 def _backends_initialized():
@@ -68,4 +82,35 @@ def enable_cpu_loop_kernels(max_bytes=1 << 26):
     else:
         flags.append(_EXTRA + setting)
     os.environ["XLA_FLAGS"] = " ".join(flags)
+    return True
+
+
+def avoid_cpu_scheduler_hang():
+    """Switch off XLA's concurrency-optimized CPU scheduler on jax < 0.11, where it can deadlock.
+
+    ``import numpyro_bnp`` calls it (see the module's description); a program need not. On jax
+    older than 0.11 it appends ``--xla_cpu_enable_concurrency_optimized_scheduler=false`` to the
+    ``XLA_FLAGS`` environment variable of this process, unless the variable already sets that
+    flag (the user's value is kept). XLA reads its flags when JAX first computes: if JAX already
+    has, nothing changes and a ``RuntimeWarning`` says to import ``numpyro_bnp`` (or set the flag
+    in ``XLA_FLAGS``) before the first JAX computation.
+
+    :return: ``True`` if the flag was added, otherwise ``False``.
+    """
+    import jax
+
+    if jax.__version_info__ >= (0, 11) or _SCHEDULER in os.environ.get("XLA_FLAGS", ""):
+        return False
+    if _backends_initialized():
+        warnings.warn(
+            f"with jax {jax.__version__}, XLA's CPU runtime can hang forever unless "
+            f"XLA_FLAGS contains --{_SCHEDULER}=false; JAX has already computed in this process, "
+            "so numpyro_bnp could not set it: import numpyro_bnp (or set XLA_FLAGS) before the "
+            "first JAX computation",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"--{_SCHEDULER}=false"])
     return True

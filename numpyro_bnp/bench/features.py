@@ -189,11 +189,10 @@ def held_out_curve(kernel, train, test, model_kwargs, segments, scorer, num_draw
     :meth:`DrawScorer.posterior`).
 
     The sweeps are dispatched one by one (a fraction of a millisecond each, against tens of
-    milliseconds per sweep here), not as one compiled ``lax.scan``: with jax 0.10 on a loaded
-    2-core CPU such a scan over ``AcceleratedIBPGibbs.sample`` (four chains, these data) never
-    returned in 4 of 8 tries, XLA's runtime waiting with every thread idle. Single sweeps hung
-    too (``docs/crm_slice.md``, "Known problem with jax 0.10 on CPU", for the flag that avoids
-    both).
+    milliseconds per sweep here), not as one compiled ``lax.scan``, so that the segments' draws
+    reach the host as they come (``docs/crm_slice.md``, "Known problem with jax 0.10 on CPU",
+    for the XLA setting the library makes at import on jax < 0.11, without which such a scan
+    could hang).
 
     :param segments: the sweeps of each segment, e.g. ``(25,) * 12``;
     :return: one dict per segment with ``sweeps`` (done so far), ``seconds`` (the compiled
