@@ -33,8 +33,9 @@ whose prediction exceeds the budget is skipped and reported as such.
 ``--data digits`` runs both engines on real data instead: scikit-learn's digits (pixels / 16,
 D = 64, shuffled with a fixed seed), the first ``N`` images fitted and the last 200 held out,
 under ``linear_gaussian`` with α = 3, σ_A = 0.5, σ_o = 0.15 (``DIGITS``); ``CRMSlice`` with the
-settings ``docs/crm_slice.md`` recommends at high dimension (``n_collapsed=5, xi_scale=3``;
-``--tempered R`` adds it with ``R`` tempered replicas).
+settings ``docs/crm_slice.md`` recommends at high dimension (``n_collapsed=5, xi_scale=3``),
+and the same with the collapsed row moves (``collapsed_rows=True``); ``--tempered R`` adds it
+with ``R`` tempered replicas.
 Four vectorized chains of each engine start from their first state and advance by compiled
 sweeps, ``--segments`` segments of ``--segment`` sweeps; after each the held-out log
 predictive per image of that segment's draws (20 draws,
@@ -44,6 +45,7 @@ and the table ends with the seconds each engine needed to reach the baseline's b
 
 Engines: ``crm_slice`` = :class:`numpyro_bnp.infer.CRMSlice` (topic model:
 :class:`numpyro_bnp.infer.CRMTopicSlice`),
+``crm_slice_rows`` = ``CRMSlice(collapsed_rows=True)`` (not run by default),
 ``accelerated_gibbs`` = :class:`numpyro_bnp.infer.AcceleratedIBPGibbs`.
 
 ``--model bnb`` runs the beta–negative-binomial topic model of the paper's §4.2 instead
@@ -124,6 +126,7 @@ def digits_curves(rows_list, segment, num_segments, capacity, path, replicas=0):
     engines = {"CRMSlice(n_collapsed=5, xi_scale=3)": crm_slice()}
     if replicas:
         engines[f"  same, temperatures={replicas}"] = crm_slice(temperatures=replicas)
+    engines["  same, collapsed_rows=True"] = crm_slice(collapsed_rows=True)
     engines["AcceleratedIBPGibbs"] = lambda: AcceleratedIBPGibbs(linear_gaussian)
     curves = {}
     for num_rows in rows_list:
@@ -182,6 +185,8 @@ def plot_curves(curves, path):
 def make_kernel(engine, model):
     from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice, CRMTopicSlice
 
+    if engine == "crm_slice_rows":
+        return CRMSlice(model, collapsed_rows=True)
     if engine == "crm_slice":
         if model is linear_gaussian:
             return CRMSlice(model)
@@ -337,7 +342,7 @@ def main(argv=None):
         "--engines",
         nargs="+",
         default=["crm_slice", "accelerated_gibbs"],
-        choices=["crm_slice", "accelerated_gibbs"],
+        choices=["crm_slice", "crm_slice_rows", "accelerated_gibbs"],
     )
     parser.add_argument("--sizes", nargs="+", type=int, help="override the list of N")
     parser.add_argument("--warmup", type=int, help="warm-up iterations (default 100, quick 50)")
@@ -477,18 +482,19 @@ def main(argv=None):
     pairs = {r["N"]: r for r in results if r["engine"] == "accelerated_gibbs"}
     ratios = [
         (
+            r["engine"],
             r["N"],
             r["esss_parity"] / pairs[r["N"]]["esss_parity"],
             r["esss_k"] / pairs[r["N"]]["esss_k"],
         )
         for r in results
-        if r["engine"] == "crm_slice" and r["N"] in pairs
+        if r["engine"].startswith("crm_slice") and r["N"] in pairs
     ]
     if ratios:
         print("\n== ratio ESS/s CRMSlice / accelerated Gibbs (same process, same data)")
-        print(f"{'N':>6} {'parity':>8} {'K':>8}")
-        for n, rp, rk in ratios:
-            print(f"{n:>6} {rp:>8.2f} {rk:>8.2f}")
+        print(f"{'engine':<18} {'N':>6} {'parity':>8} {'K':>8}")
+        for engine, n, rp, rk in ratios:
+            print(f"{engine:<18} {n:>6} {rp:>8.2f} {rk:>8.2f}")
     if skipped:
         print("\n== skipped")
         for engine, n, why in skipped:

@@ -1,11 +1,13 @@
-"""Collapsed column moves of CRMSlice (births at any dimension): exactness.
+"""Collapsed moves of CRMSlice (column moves: births at any dimension; row moves with every
+trait integrated out): exactness.
 
-The moves (``numpyro_bnp.infer._crm_births``) are first driven by small standalone loops: on a
-model with a few fixed atoms the slice variables and the moves alone must reproduce the posterior
-computed by enumerating every count matrix (the traits integrated out in closed form); on the
-untruncated prior-only model (atoms revealed from the thinned tail, arrivals moved, the moves the
-only update of the counts) the chain must recover ``E[K+] = c H_N``. Then in ``CRMSlice``: a
-prior-only run recovers ``E[K+]`` with the moves on, and on data like scikit-learn's digits
+The moves (``numpyro_bnp.infer._crm_births``, ``numpyro_bnp.infer._crm_rows``) are first driven
+by small standalone loops: on a model with a few fixed atoms the slice variables and the moves
+alone must reproduce the posterior computed by enumerating every count matrix (the traits
+integrated out in closed form); on the untruncated prior-only model (atoms revealed from the
+thinned tail, arrivals moved, the column moves the only update of the counts) the chain must
+recover ``E[K+] = c H_N``. Then in ``CRMSlice``: a prior-only run recovers ``E[K+]`` with the
+moves on (column moves, and column plus row moves), and on data like scikit-learn's digits
 (``D = 64``, traits of scale 0.5, noise 0.15), where a trait drawn from the prior fits no row,
 features are born. Tolerances are 4 Monte-Carlo standard errors with the effective sample size
 from ArviZ (``mc_checks.check_mean``).
@@ -25,6 +27,7 @@ from numpyro_bnp.distributions import BetaProcess, GammaProcess
 from numpyro_bnp.infer import CRMSlice
 from numpyro_bnp.infer._crm_atoms import AtomSeries
 from numpyro_bnp.infer._crm_births import collapsed_columns
+from numpyro_bnp.infer._crm_rows import collapsed_rows
 from numpyro_bnp.models import beta_bernoulli_linear_gaussian, linear_gaussian
 
 XI = 1.0  # Δ_ξ: ξ(k) = e^{-k}
@@ -73,7 +76,9 @@ CASES = {  # likelihood: (CRM of the count law, fixed atoms θ, data y (N, D=2),
 }
 
 
-def exact_moments(likelihood, theta, y, values):
+def exact_moments(
+    likelihood, theta, y, values, noise_var=NOISE_VAR, trait_loc=TRAIT_LOC, trait_var=TRAIT_VAR
+):
     """Posterior ``P(X_nk = x)`` (as ``E[X_nk]``, ``E[K+]``) and ``E[ψ]`` of the finite model by
     enumeration, the traits integrated out: per column ``d``, ``y_{·d} ~ N(X μ_0d, σ_d² I +
     σ_0d² X Xᵀ)``, and ``E[ψ | X, y]`` the conjugate mean."""
@@ -89,12 +94,12 @@ def exact_moments(likelihood, theta, y, values):
             log_h = np.sum(x * np.log(theta) - theta - gammaln(x + 1))
         log_f, psi = 0.0, np.zeros((k, y.shape[1]))
         for d in range(y.shape[1]):
-            cov = NOISE_VAR[d] * np.eye(n) + TRAIT_VAR[d] * x @ x.T
-            r = y[:, d] - x @ np.full(k, TRAIT_LOC[d])
+            cov = noise_var[d] * np.eye(n) + trait_var[d] * x @ x.T
+            r = y[:, d] - x @ np.full(k, trait_loc[d])
             log_f += -0.5 * (np.linalg.slogdet(2 * np.pi * cov)[1] + r @ np.linalg.solve(cov, r))
-            prec = x.T @ x / NOISE_VAR[d] + np.eye(k) / TRAIT_VAR[d]
+            prec = x.T @ x / noise_var[d] + np.eye(k) / trait_var[d]
             psi[:, d] = np.linalg.solve(
-                prec, x.T @ y[:, d] / NOISE_VAR[d] + TRAIT_LOC[d] / TRAIT_VAR[d]
+                prec, x.T @ y[:, d] / noise_var[d] + trait_loc[d] / trait_var[d]
             )
         log_w.append(log_h + log_f)
         mean_x.append(x)
@@ -154,6 +159,57 @@ def test_moves_alone_reproduce_the_enumerated_posterior(likelihood):
     check_mean((x.sum(-2) > 0).sum(-1), mean_k)
     for k, d in ((0, 0), (theta.shape[0] - 1, 1)):
         check_mean(traits[:, :, k, d], mean_psi[k, d])
+
+
+def row_chains(key, atoms, theta, y, gaussian, num_chains, num_sweeps, refresh_every):
+    """Chains of (slice variables, one pass of collapsed row moves) on the fixed atoms
+    ``theta``, as :func:`finite_chains`. Returns the draws of ``X``."""
+    n, k = y.shape[0], theta.shape[0]
+    noise_var, trait_loc, trait_var = gaussian
+
+    def sweep(x, key):
+        k_u, k_move = random.split(key)
+        wanted = last_used(x) + jnp.floor(XI * random.exponential(k_u, (n,))).astype(jnp.int32)
+        x = collapsed_rows(
+            k_move,
+            x,
+            y,
+            theta,
+            jnp.minimum(wanted, k),
+            jnp.int32(k),
+            atoms=atoms,
+            noise_var=noise_var,
+            trait_loc=jnp.asarray(trait_loc),
+            trait_var=trait_var,
+            xi_scale=XI,
+            refresh_every=refresh_every,
+        )
+        return x, x
+
+    def chain(key):
+        return lax.scan(sweep, jnp.zeros((n, k), jnp.int32), random.split(key, num_sweeps))[1]
+
+    return jax.jit(jax.vmap(chain))(random.split(key, num_chains))
+
+
+def test_collapsed_rows_alone_reproduce_the_enumerated_posterior():
+    # one noise variance and one trait variance (what the row moves need), a mean per column;
+    # refresh_every=2 < N also checks the recomputation of the posterior between blocks
+    crm, theta, y, values = CASES["bernoulli"]
+    noise_var, trait_var, trait_loc = 0.4**2, 0.7**2, TRAIT_LOC
+    atoms = atom_series(crm, "bernoulli", y.shape[0])
+    gaussian = (noise_var, trait_loc, trait_var)
+    x = row_chains(
+        random.PRNGKey(2), atoms, jnp.asarray(theta), jnp.asarray(y), gaussian, 4, 4000, 2
+    )
+    x = np.asarray(x, float)
+    dims = np.ones(y.shape[1])
+    mean_x, mean_k, _ = exact_moments(
+        "bernoulli", theta, y, values, noise_var * dims, trait_loc, trait_var * dims
+    )
+    for n, k in np.ndindex(*mean_x.shape):
+        check_mean(x[:, :, n, k], mean_x[n, k])
+    check_mean((x.sum(-2) > 0).sum(-1), mean_k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,13 +303,23 @@ def run(kernel, num_warmup, num_samples, num_chains, seed=0, **model_kwargs):
     return mcmc
 
 
-def test_kernel_prior_only_with_collapsed_moves():
-    # the exchange moves off: the counts move by the one-entry Gibbs step and the column moves
+@pytest.mark.parametrize(
+    "collapsed_rows, capacity, num_samples", [(False, 64, 1500), (True, 48, 600)]
+)
+def test_kernel_prior_only_with_collapsed_moves(collapsed_rows, capacity, num_samples):
+    # the exchange moves off: the counts move by the one-entry Gibbs step (or the collapsed row
+    # moves, which cost O(C²) per row: a smaller buffer and fewer, less correlated draws) and
+    # the column moves
     mass, num_rows = 1.5, 6
     kernel = CRMSlice(
-        beta_bernoulli_linear_gaussian, xi_scale=3.0, max_features=64, n_swaps=0, n_collapsed=3
+        beta_bernoulli_linear_gaussian,
+        xi_scale=3.0,
+        max_features=capacity,
+        n_swaps=0,
+        n_collapsed=3,
+        collapsed_rows=collapsed_rows,
     )
-    mcmc = run(kernel, 100, 1500, 4, num_obs=num_rows, dim=1, mass=mass)
+    mcmc = run(kernel, 100, num_samples, 4, num_obs=num_rows, dim=1, mass=mass)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     assert not np.any(extra["saturated"])
     check_mean(extra["num_active"], mass * harmonic(num_rows))

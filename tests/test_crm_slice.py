@@ -479,6 +479,13 @@ def test_bad_arguments():
     )
     with pytest.raises(ValueError, match=r"site 'Z'.*concentration \+ discount >= 1"):
         mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, concentration=0.5)
+    with pytest.raises(ValueError, match="collapsed_rows must be True or False"):
+        CRMSlice(linear_gaussian, collapsed_rows=1)
+    # the collapsed row moves need Bernoulli counts: a gamma–Poisson model is refused at init
+    kernel = CRMSlice(gamma_poisson_linear_gaussian, collapsed_rows=True)
+    mcmc = MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False)
+    with pytest.raises(ValueError, match=r"collapsed_rows=True needs Bernoulli counts.*poisson"):
+        mcmc.run(random.PRNGKey(0), num_obs=3, dim=1)
 
 
 @pytest.mark.parametrize("crm", [BetaProcess(2.0, truncation=4), GammaProcess(2.0, truncation=4)])

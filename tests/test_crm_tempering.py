@@ -161,6 +161,29 @@ def test_every_replica_matches_its_enumerated_posterior(tempered):
         check_mean(extra["replicas.states.log_likelihood"][..., r], log_lik)
 
 
+def test_collapsed_rows_match_the_enumerated_posterior():
+    # the count step with every trait integrated out (collapsed_rows=True), then the traits
+    # drawn for the exchange and column moves, in every replica at its own noise variance
+    kernel = CRMSlice(
+        beta_bernoulli_linear_gaussian,
+        temperatures=BETAS,
+        max_features=24,
+        collapsed_rows=True,
+        n_collapsed=1,
+    )
+    mcmc = run(kernel, 1000, extra_fields=FIELDS, obs=jnp.asarray(Y), **KWARGS)
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    assert not np.any(extra["saturated"])
+    for r, beta in enumerate(BETAS):
+        k_plus, log_lik = exact_posterior(SIGMA_O**2 / beta)[:2]
+        field = "" if r == 0 else "replicas.states."
+        draws = {name: extra[field + name] for name in ("num_active", "log_likelihood")}
+        if r:
+            draws = {name: value[..., r - 1] for name, value in draws.items()}
+        check_mean(draws["num_active"], k_plus)
+        check_mean(draws["log_likelihood"], log_lik)
+
+
 def test_prior_only_recovers_expected_features_and_always_swaps():
     # no likelihood: every replica targets the prior and every proposed exchange is accepted
     kwargs = dict(num_obs=6, dim=1, mass=1.5)

@@ -26,11 +26,16 @@ from jax import random
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 __all__ = [
+    "add_row",
     "collapsed_log_marginal",
+    "entry_moments",
     "feature_posterior",
     "posterior_covariance",
     "predictive_log_density",
+    "prior_for_unshared",
+    "remove_row",
     "sample_feature_posterior",
+    "set_entry",
 ]
 
 
@@ -101,6 +106,61 @@ def predictive_log_density(sq_resid, var, dim):
     :param int dim: ``D``.
     """
     return -0.5 * dim * jnp.log(var) - 0.5 * sq_resid / var
+
+
+def remove_row(cov, mean, row, obs, noise_sd):
+    r"""``(Σ_{-n}, M_{-n})``: the posterior ``(Σ, M)`` without row ``n``, the Sherman-Morrison
+    downdate of ``P - u uᵀ``, ``u = z_n / σ`` (Doshi-Velez & Ghahramani 2009, Sec. 3).
+
+    :param cov: ``Σ`` ``(K, K)``; :param mean: ``M`` ``(K, D)``; :param row: ``z_n`` ``(K,)``
+        (float); :param obs: ``x_n`` ``(D,)``; :param noise_sd: ``σ`` (scalar).
+    """
+    u = row / noise_sd
+    g = cov @ u
+    denom = 1.0 - u @ g
+    return cov + jnp.outer(g, g) / denom, mean + jnp.outer(g, (u @ mean - obs / noise_sd) / denom)
+
+
+def add_row(cov, mean, row, obs, noise_sd):
+    """The posterior with row ``n`` added back: the Sherman-Morrison update of ``P + u uᵀ``
+    (arguments as :func:`remove_row`)."""
+    u = row / noise_sd
+    g = cov @ u
+    denom = 1.0 + u @ g
+    return cov - jnp.outer(g, g) / denom, mean + jnp.outer(g, (obs / noise_sd - u @ mean) / denom)
+
+
+def prior_for_unshared(cov, mean, shared, feature_var, prior_loc=0.0):
+    """``(Σ_{-n}, M_{-n})`` with the rows and columns of the features no other row uses
+    (``shared`` ``(K,)`` False) set to the prior ``N(μ_0, σ_A²)``, exactly their posterior given
+    the other rows (a downdate leaves round-off there)."""
+    both = shared[:, None] & shared[None, :]
+    cov = jnp.where(both, cov, jnp.diag(jnp.full(cov.shape[0], feature_var, cov.dtype)))
+    return cov, jnp.where(shared[:, None], mean, prior_loc)
+
+
+def entry_moments(k, on, s, v, r, cov, mean):
+    r"""The predictive of row ``n`` with ``z_nk = 0`` and with ``z_nk = 1``, the other entries
+    fixed: ``N(x_n; z_n M_{-n}, v I_D)`` is carried as the residual ``r = x_n - z_n M_{-n}``
+    ``(D,)``, ``v = σ² + z_n Σ_{-n} z_nᵀ`` and ``s = Σ_{-n} z_nᵀ`` ``(K,)``; flipping one entry
+    changes them by ``O(K + D)``.
+
+    :param k: the entry; :param on: ``z_nk`` now (0. or 1.); ``cov, mean``: ``Σ_{-n}, M_{-n}``.
+    :return: ``((v0, r0), (v1, r1))``.
+    """
+    ckk, mk = cov[k, k], mean[k]
+    t = s[k] - on * ckk  # (Σ z^0)_k, z^0 = z_n with z_nk = 0
+    v0 = v - on * (2.0 * t + ckk)
+    r0 = r + on * mk
+    return (v0, r0), (v0 + 2.0 * t + ckk, r0 - mk)
+
+
+def set_entry(k, on, new, s, cov, moments):
+    """``(s, v, r)`` of the row after ``z_nk`` changed from ``on`` to ``new``, with the
+    ``moments`` of :func:`entry_moments`."""
+    (v0, r0), (v1, r1) = moments
+    s = s + (new - on) * cov[:, k]
+    return s, jnp.where(new > 0, v1, v0), jnp.where(new > 0, r1, r0)
 
 
 def collapsed_log_marginal(chol, ztx, mean, xx, num_rows, noise_var, feature_var):

@@ -67,11 +67,16 @@ from numpyro_bnp._checks import (
 from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions.ibp import RecursiveIBP, num_active_features
 from numpyro_bnp.infer._linear_gaussian import (
+    add_row,
     collapsed_log_marginal,
+    entry_moments,
     feature_posterior,
     posterior_covariance,
     predictive_log_density,
+    prior_for_unshared,
+    remove_row,
     sample_feature_posterior,
+    set_entry,
 )
 from numpyro_bnp.infer._mcmc import (
     chains_batched,
@@ -241,21 +246,13 @@ def _row_update(n, carry, x, cfg):
     zn, xn = z[n], x[n]
     key, key_flip, key_new = random.split(key, 3)
 
-    # 1. remove row n (Sherman-Morrison downdate of P - u u^T, u = z_n / σ_X)
-    u = zn / sx
-    g = cov @ u
-    denom = 1.0 - u @ g
-    cov = cov + jnp.outer(g, g) / denom
-    mean = mean + jnp.outer(g, (u @ mean - xn / sx) / denom)
+    # 1. remove row n; the features no other row uses get their prior
+    cov, mean = remove_row(cov, mean, zn, xn, sx)
     counts = jnp.diagonal(ztz) - zn  # m_{-n,k}
     shared = counts > 0
-    # features no other row uses: the posterior given X_{-n} is exactly the prior
-    both = shared[:, None] & shared[None, :]
-    cov = jnp.where(both, cov, jnp.diag(jnp.full(capacity, sa2)))
-    mean = jnp.where(shared[:, None], mean, 0.0)
+    cov, mean = prior_for_unshared(cov, mean, shared, sa2)
 
-    # 2. Gibbs flips of the shared features. The predictive N(x_n; z_n μ_{-n}, v I) is carried
-    #    as the residual r = x_n - z_n μ_{-n}, v = σ_X² + z_n Σ_{-n} z_n^T and s = Σ_{-n} z_n.
+    # 2. Gibbs flips of the shared features (predictive carried as in entry_moments)
     prior_logit = jnp.log(jnp.maximum(counts, 1.0)) - jnp.log(
         cfg.beta + cfg.num_rows - 1.0 - counts
     )
@@ -267,16 +264,11 @@ def _row_update(n, carry, x, cfg):
     def flip(k, c):
         zn, s, v, r = c
         on = zn[k]
-        col, ckk, mk = cov[:, k], cov[k, k], mean[k]
-        t = s[k] - on * ckk  # (Σ z^0)_k, z^0 = z_n with z_nk = 0
-        v0 = v - on * (2.0 * t + ckk)
-        v1 = v0 + 2.0 * t + ckk
-        r0 = r + on * mk
-        r1 = r0 - mk
+        moments = entry_moments(k, on, s, v, r, cov, mean)
+        (v0, r0), (v1, r1) = moments
         logit = prior_logit[k] + loglik(v1, r1 @ r1) - loglik(v0, r0 @ r0)
         new = jnp.where(shared[k], (unif[k] < jax.nn.sigmoid(logit)).astype(dtype), on)
-        s = s + (new - on) * col
-        return zn.at[k].set(new), s, jnp.where(new > 0, v1, v0), jnp.where(new > 0, r1, r0)
+        return zn.at[k].set(new), *set_entry(k, on, new, s, cov, moments)
 
     s = cov @ zn
     init = (zn, s, sx**2 + zn @ s, xn - zn @ mean)
@@ -296,12 +288,8 @@ def _row_update(n, carry, x, cfg):
     zn_new = jnp.where(shared, zn, 0.0)
     zn_new = jnp.where(free & (jnp.cumsum(free) <= num_new), 1.0, zn_new)
 
-    # 4. add row n back (Sherman-Morrison update of P + u u^T)
-    u = zn_new / sx
-    g = cov @ u
-    denom = 1.0 + u @ g
-    cov = cov - jnp.outer(g, g) / denom
-    mean = mean + jnp.outer(g, (xn / sx - u @ mean) / denom)
+    # 4. add row n back
+    cov, mean = add_row(cov, mean, zn_new, xn, sx)
     z_old = z[n]
     ztz = ztz + jnp.outer(zn_new, zn_new) - jnp.outer(z_old, z_old)
     ztx = ztx + jnp.outer(zn_new - z_old, xn)

@@ -10,7 +10,9 @@ traits ``ψ_k ~ N(μ_0, σ_0² I)``.
 One sweep is :func:`numpyro_bnp.infer._crm_sweep.sweep_atoms` (slices, the thinned reveal of new
 atoms, the moves of the arrivals and the marks) around this model's two steps: the counts given
 the slices (:func:`numpyro_bnp.infer._crm_counts.update_counts`: a two-point Gibbs draw per entry
-for Bernoulli counts, a ±1 Metropolis step for Poisson / negative-binomial ones, then exchange
+for Bernoulli counts, a ±1 Metropolis step for Poisson / negative-binomial ones, or with
+``collapsed_rows`` the rows with every trait integrated out,
+:func:`numpyro_bnp.infer._crm_rows.collapsed_rows`; then exchange
 moves ``X_nj ↔ X_nk``, then collapsed column moves with one atom's trait integrated out,
 :func:`numpyro_bnp.infer._crm_births.collapsed_columns`: the births at high dimension) and the
 conjugate matrix-normal draw of the traits (:func:`_gaussian_trait_step`). When the CRM's mass
@@ -44,9 +46,10 @@ from numpyro_bnp.infer import _crm_target as target
 from numpyro_bnp.infer import _crm_tempering as tempering
 from numpyro_bnp.infer._crm_atoms import draw_mass
 from numpyro_bnp.infer._crm_births import collapsed_columns
-from numpyro_bnp.infer._crm_counts import update_counts
+from numpyro_bnp.infer._crm_counts import swap_moves, update_counts
 from numpyro_bnp.infer._crm_kernel import CRMSliceKernel
 from numpyro_bnp.infer._crm_model import CRMTraitNumbers
+from numpyro_bnp.infer._crm_rows import collapsed_rows
 from numpyro_bnp.infer._crm_sweep import (
     atom_fields,
     initial_atom_fields,
@@ -59,6 +62,8 @@ from numpyro_bnp.infer._linear_gaussian import feature_posterior, sample_feature
 from numpyro_bnp.infer._mcmc import with_deterministic
 
 __all__ = ["CRMSlice", "CRMSliceState"]
+
+_REFRESH_ROWS = 64  # collapsed row moves: rows between recomputations of the trait posterior
 
 
 class CRMSliceState(NamedTuple):
@@ -129,6 +134,7 @@ class _Constants(NamedTuple):
     xi_scale: float
     n_swaps: int
     n_collapsed: int
+    collapsed_rows: bool  # the count step moves rows with every trait integrated out
     shared_var: bool  # one noise variance and one trait variance for all columns
     betas: tuple | None = None  # the ladder of inverse temperatures (None: no tempering)
     mesh: object = None  # devices over which the replicas are sharded (None: one device)
@@ -163,6 +169,32 @@ def _gaussian_trait_step(key, x, numbers, shared_var, dim):
         xf.T @ xf, xf.T @ numbers.obs, noise_var, trait_var, numbers.trait_loc
     )
     return sample_feature_posterior(key, mean, chol)
+
+
+def _collapsed_rows_step(key, x, theta, slice_atoms, stop, atoms, c, numbers):
+    """The count step's rows with every trait integrated out
+    (:func:`~numpyro_bnp.infer._crm_rows.collapsed_rows`), then the traits from their
+    conditional: ``(x, traits, residual)``."""
+    num_rows, dtype = x.shape[0], atoms.dtype
+    observed = numbers.obs is not None
+    obs = numbers.obs if observed else jnp.zeros((num_rows, 0), dtype)
+    x = collapsed_rows(
+        key,
+        x,
+        obs,
+        theta,
+        slice_atoms,
+        stop,
+        atoms=atoms,
+        noise_var=numbers.noise_var[0] if observed else jnp.ones((), dtype),
+        trait_loc=numbers.trait_loc,
+        trait_var=numbers.trait_var[0],
+        xi_scale=c.xi_scale,
+        refresh_every=_REFRESH_ROWS,
+    )
+    traits = _gaussian_trait_step(random.fold_in(key, 3), x, numbers, c.shared_var, c.spec.dim)
+    residual = obs - x.astype(dtype) @ traits if observed else obs
+    return x, traits, residual
 
 
 def _log_terms(c, atoms, z, theta, arrivals, num_atoms, numbers):
@@ -228,19 +260,36 @@ def _sweep(c, numbers, state):
     noise_var = numbers.noise_var if observed else None
 
     def count_step(key, x, traits, theta, slice_atoms, stop):
-        x, residual_x = update_counts(
-            key,
-            x,
-            residual,
-            traits,
-            theta,
-            slice_atoms,
-            stop,
-            atoms=atoms,
-            noise_var=noise_var,
-            xi_scale=c.xi_scale,
-            n_swaps=c.n_swaps,
-        )
+        if c.collapsed_rows:  # X | θ, U, Y, then ψ | X, Y for the moves that read ψ
+            x, traits, residual_x = _collapsed_rows_step(
+                key, x, theta, slice_atoms, stop, atoms, c, numbers
+            )
+            x, residual_x = swap_moves(
+                random.fold_in(key, 2),
+                x,
+                residual_x,
+                traits,
+                theta,
+                slice_atoms,
+                atoms=atoms,
+                noise_var=noise_var,
+                xi_scale=c.xi_scale,
+                n_swaps=c.n_swaps,
+            )
+        else:
+            x, residual_x = update_counts(
+                key,
+                x,
+                residual,
+                traits,
+                theta,
+                slice_atoms,
+                stop,
+                atoms=atoms,
+                noise_var=noise_var,
+                xi_scale=c.xi_scale,
+                n_swaps=c.n_swaps,
+            )
         if c.n_collapsed:  # the traits they draw are drawn again in the trait step
             x, residual_x, _, _ = collapsed_columns(
                 random.fold_in(key, 1),
@@ -448,6 +497,16 @@ class CRMSlice(CRMSliceKernel):
         sequential ``O(D)`` steps. Default 0 (the paper's count step): on low-dimensional data
         a birth seeded by one row's residual can keep a blend of features as a feature of its
         own (measured in the doc).
+    :param bool collapsed_rows: the count step moves each row's entries with every trait
+        integrated out (not in the paper; ``docs/crm_slice.md``, "Collapsed rows";
+        :func:`~numpyro_bnp.infer._crm_rows.collapsed_rows`), then draws the traits from their
+        conditional for the moves after it, instead of moving each entry given the traits. A
+        feature's trait and its rows then change together, as in the collapsed sampler of
+        Doshi-Velez & Ghahramani (2009): on digits the held-out score climbs faster, in sweeps
+        and in time (measured in the doc). Each row costs ``O(C² + K* (C + D))`` for a
+        capacity ``C``. Needs Bernoulli counts (a beta process or ``RecursiveIBP`` site) and
+        one noise variance and one trait variance for all columns (a ``ValueError`` says so).
+        Default ``False``.
     :param temperatures: tempered replicas (parallel tempering: Geyer 1991; Earl & Deem 2005;
         ``docs/crm_slice.md``, "Tempered replicas"; :mod:`numpyro_bnp.infer._crm_tempering`):
         ``None`` (default) runs one replica; a sequence of inverse temperatures
@@ -493,6 +552,7 @@ class CRMSlice(CRMSliceKernel):
         *CRMSliceKernel.fixed_options,
         "n_swaps",
         "n_collapsed",
+        "collapsed_rows",
         "temperatures",
         "shard_replicas",
     )
@@ -511,6 +571,7 @@ class CRMSlice(CRMSliceKernel):
         mark_step=0.3,
         n_swaps=5,
         n_collapsed=0,
+        collapsed_rows=False,
         temperatures=None,
         shard_replicas=True,
         on_saturation="warn",
@@ -528,6 +589,9 @@ class CRMSlice(CRMSliceKernel):
         )
         self.n_swaps = nonnegative_int(n_swaps, "n_swaps")
         self.n_collapsed = nonnegative_int(n_collapsed, "n_collapsed")
+        if not isinstance(collapsed_rows, bool | np.bool_):
+            raise ValueError(f"collapsed_rows must be True or False, got {collapsed_rows!r}")
+        self.collapsed_rows = bool(collapsed_rows)
         tempering.temperature_ladder(temperatures)  # a ValueError naming it, here
         if temperatures is None:
             self.temperatures = None
@@ -591,6 +655,13 @@ class CRMSlice(CRMSliceKernel):
             np.all(spec.noise_var == spec.noise_var[0])
             and np.all(spec.trait_var == spec.trait_var[0])
         )
+        if self.collapsed_rows and (atoms.likelihood != "bernoulli" or not shared):
+            raise ValueError(
+                "collapsed_rows=True needs Bernoulli counts (a beta process or RecursiveIBP "
+                "site) and one noise variance and one trait variance for all columns; this "
+                f"model has {atoms.likelihood} counts"
+                + ("" if shared else " and per-column variances")
+            )
         cells = spec.num_rows * spec.dim if spec.obs_value is not None else 1
         betas = tempering.temperature_ladder(self.temperatures, cells)
         mesh = None if betas is None else tempering.replica_mesh(len(betas), self.shard_replicas)
@@ -602,6 +673,7 @@ class CRMSlice(CRMSliceKernel):
             self.xi_scale,
             self.n_swaps,
             self.n_collapsed,
+            self.collapsed_rows,
             shared,
             betas,
             mesh,
