@@ -4,6 +4,7 @@
     python benchmarks/bench_crm_slice.py --engines accelerated_gibbs --quick
     python benchmarks/bench_crm_slice.py --max-seconds 120 --sizes 500 1000 2000
     python benchmarks/bench_crm_slice.py --data digits --digits-rows 300 1597   # real data
+    python benchmarks/bench_crm_slice.py --data digits --digits-rows 1597 --match "start='prior'"
 
 The scaling experiment of the slice sampler for general CRMs (Section 5 of that paper) at reduced
 size: data from a truncated beta-Bernoulli linear-Gaussian model with noise σ = 0.2, feature scale
@@ -34,8 +35,8 @@ whose prediction exceeds the budget is skipped and reported as such.
 D = 64, shuffled with a fixed seed), the first ``N`` images fitted and the last 200 held out,
 under ``linear_gaussian`` with α = 3, σ_A = 0.5, σ_o = 0.15 (``DIGITS``); ``CRMSlice`` with the
 settings ``docs/crm_slice.md`` recommends at high dimension (``n_collapsed=5, xi_scale=3``),
-and the same with the collapsed row moves (``collapsed_rows=True``); ``--tempered R`` adds it
-with ``R`` tempered replicas.
+and the same with the collapsed row moves (``collapsed_rows=True``), each also started from a
+prior draw (``start="prior"``); ``--tempered R`` adds it with ``R`` tempered replicas.
 Four vectorized chains of each engine start from their first state and advance by compiled
 sweeps, ``--segments`` segments of ``--segment`` sweeps; after each the held-out log
 predictive per image of that segment's draws (20 draws,
@@ -112,9 +113,10 @@ DIGITS = dict(mass=3.0, sigma_a=0.5, sigma_o=0.15)
 DIGITS_TEST, DIGITS_DRAWS, DIGITS_IS = 200, 20, 1000
 
 
-def digits_curves(rows_list, segment, num_segments, capacity, path, replicas=0):
+def digits_curves(rows_list, segment, num_segments, capacity, path, replicas=0, match=None):
     """The real-data section (module docstring): one held-out curve per (engine, N);
-    ``replicas`` adds ``CRMSlice`` with that many tempered replicas."""
+    ``replicas`` adds ``CRMSlice`` with that many tempered replicas; ``match`` keeps the
+    baseline and the engines whose name contains it."""
     from numpyro_bnp.bench.features import DrawScorer, digits_pixels, held_out_curve
     from numpyro_bnp.infer import AcceleratedIBPGibbs, CRMSlice
 
@@ -127,7 +129,11 @@ def digits_curves(rows_list, segment, num_segments, capacity, path, replicas=0):
     if replicas:
         engines[f"  same, temperatures={replicas}"] = crm_slice(temperatures=replicas)
     engines["  same, collapsed_rows=True"] = crm_slice(collapsed_rows=True)
+    engines["  same, start='prior'"] = crm_slice(start="prior")
+    engines["  same, collapsed_rows, start='prior'"] = crm_slice(collapsed_rows=True, start="prior")
     engines["AcceleratedIBPGibbs"] = lambda: AcceleratedIBPGibbs(linear_gaussian)
+    if match is not None:
+        engines = {k: v for k, v in engines.items() if match in k or k == "AcceleratedIBPGibbs"}
     curves = {}
     for num_rows in rows_list:
         train, test = digits_pixels(num_rows, DIGITS_TEST)
@@ -376,11 +382,16 @@ def main(argv=None):
     parser.add_argument(
         "--tempered", type=int, default=0, help="digits: add CRMSlice with this many replicas"
     )
+    parser.add_argument(
+        "--match", help="digits: only the baseline and the engines whose name contains this"
+    )
     args = parser.parse_args(argv)
     if args.data == "digits":
         capacity = args.max_features or 40
         path = FIGURE.replace("scaling", "digits") if args.plot == FIGURE else args.plot
-        digits_curves(args.digits_rows, args.segment, args.segments, capacity, path, args.tempered)
+        digits_curves(
+            args.digits_rows, args.segment, args.segments, capacity, path, args.tempered, args.match
+        )
         return
     bnb = args.model == "bnb"
     if bnb:

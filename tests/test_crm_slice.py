@@ -178,6 +178,59 @@ def test_prior_only_gamma_poisson_matches_log_formula(representation, num_sample
     check_mean(x.sum(-1).mean(-1), mass / rate)  # E[Σ_k X_nk] = ∫ θ ν(dθ)
 
 
+PRIOR_STARTS = 4000  # independent first states: the standard error of E[K+] about 0.03
+
+
+@pytest.mark.parametrize(
+    "model, model_kwargs, expected_k, expected_row",
+    [  # IBP(1, β = 2) by Bondesson with random marks; gamma–Poisson with Poisson counts
+        (linear_gaussian, dict(mass=1.0, concentration=2.0), None, 1.0),
+        (gamma_poisson_linear_gaussian, dict(mass=1.5), 1.5 * np.log1p(5), 1.5),
+    ],
+)
+def test_prior_start_draws_the_first_state_from_the_prior(
+    model, model_kwargs, expected_k, expected_row
+):
+    # start="prior": i.i.d. first states, so K+ ~ Poisson(E[K+]) (mean and variance) and
+    # E[Σ_k X_nk] = ∫ θ ν(dθ), each within 4 standard errors
+    n = 5
+    kernel = CRMSlice(model, start="prior", max_features=48)
+    keys = random.split(random.PRNGKey(3), PRIOR_STARTS)
+    state = kernel.init(keys, 0, None, (), dict(num_obs=n, dim=1, **model_kwargs))
+    if expected_k is None:
+        ibp = RecursiveIBP(1.0, 2.0, num_rows=n, max_features=1)
+        expected_k = float(ibp.expected_num_features()[-1])
+    assert not np.any(state.saturated)
+    k_plus = np.asarray(state.num_active, np.float64).reshape(4, -1)
+    check_mean(k_plus, expected_k)
+    var_se = np.sqrt((np.mean((k_plus - k_plus.mean()) ** 4) - k_plus.var() ** 2) / k_plus.size)
+    assert abs(k_plus.var() - expected_k) < 4 * var_se
+    x = np.asarray(state.z[kernel.spec.count_site])
+    check_mean(x.sum(-1).mean(-1).reshape(4, -1), expected_row)
+    # the atoms up to the last used one, in series order
+    used = np.any(x > 0, axis=-2)
+    last = np.where(used.any(-1), x.shape[-1] - np.argmax(used[:, ::-1], axis=-1), 0)
+    assert np.array_equal(np.asarray(state.num_atoms), last)
+    arrivals = np.asarray(state.arrivals)
+    live = np.arange(48) < last[:, None]
+    assert np.all(np.where(live[:, 1:], np.diff(arrivals, axis=-1), 1.0) > 0)
+    assert np.all(arrivals[~live] == 0)
+
+
+def test_prior_start_that_overflows_the_buffer_is_reported():
+    kernel = CRMSlice(beta_bernoulli_linear_gaussian, start="prior", max_features=2)
+    model_kwargs = dict(num_obs=6, dim=1, mass=4.0)
+    keys = random.split(random.PRNGKey(0), 8)
+    with pytest.warns(RuntimeWarning, match=r"start='prior'.*chain\(s\) \[.*buffer of 2"):
+        state = kernel.init(keys, 0, None, (), model_kwargs)
+    assert np.any(state.saturated) and np.all(np.asarray(state.num_atoms) <= 2)
+    kernel = CRMSlice(
+        beta_bernoulli_linear_gaussian, start="prior", max_features=2, on_saturation="error"
+    )
+    with pytest.raises(RuntimeError, match="start='prior'"):
+        kernel.init(keys, 0, None, (), model_kwargs)
+
+
 def negative_binomial_model(obs=None, *, num_obs=3, total_count=2.0, mass=1.0):
     theta = numpyro.sample("theta", BetaProcess(mass, 1.0, truncation=20))
     k = theta.shape[-1]
@@ -481,6 +534,8 @@ def test_bad_arguments():
         mcmc.run(random.PRNGKey(0), num_obs=3, dim=1, concentration=0.5)
     with pytest.raises(ValueError, match="collapsed_rows must be True or False"):
         CRMSlice(linear_gaussian, collapsed_rows=1)
+    with pytest.raises(ValueError, match=r"start must be one of \('empty', 'prior'\)"):
+        CRMSlice(linear_gaussian, start="posterior")
     # the collapsed row moves need Bernoulli counts: a gamma–Poisson model is refused at init
     kernel = CRMSlice(gamma_poisson_linear_gaussian, collapsed_rows=True)
     mcmc = MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False)

@@ -6,7 +6,8 @@ sweep in :mod:`numpyro_bnp.infer.crm_slice` and ``docs/crm_slice.md``, "What one
 unit-rate Poisson process with marks ``V_k`` (stored as the uniform coordinates
 ``P_k = F_G(V_k)``), the count law ``h(x | θ)`` (Bernoulli, Poisson or negative binomial), the
 next atom of the tail that no row uses (thinning), and the Metropolis moves of the arrivals and
-the marks given the count matrix.
+the marks given the count matrix; and a draw of the whole state from the prior
+(:meth:`AtomSeries.draw_prior`, ``CRMSlice(start="prior")``).
 
 Representations (:meth:`numpyro_bnp.distributions.CompletelyRandomMeasure.series`):
 ``"bondesson"`` ``θ = V e^{-Γ/c}``; ``"inverse_levy"`` ``θ = N^{-1}(Γ)`` (no marks);
@@ -43,6 +44,8 @@ from numpyro_bnp.infer._mcmc import slice_sample
 __all__ = ["AtomSeries", "draw_mass", "mass_conditional", "with_mass"]
 
 _TAIL_SPAN = 60.0  # log-atom range of the quadrature of Λ below its upper limit
+#: a prior draw stops where the atoms after the last one have expected use below this
+_PRIOR_TAIL = 1e-4
 
 
 class AtomSeries:
@@ -233,6 +236,79 @@ class AtomSeries:
         init = (key, start, jnp.asarray(0.5, self.dtype), jnp.zeros((), bool))
         _, u, mark, _ = lax.while_loop(cond, body, init)
         return u, mark
+
+    def draw_counts(self, key, theta, num_rows):
+        """``(N,)`` counts ``X_nk ~ h(· | θ)`` of one atom ``θ`` (a scalar) for ``num_rows`` rows
+        (negative binomial as its Gamma–Poisson mixture, rate ``Gamma(r_n) θ / (1 - θ)``)."""
+        if self.likelihood == "bernoulli":
+            return (random.uniform(key, (num_rows,), self.dtype) < theta).astype(jnp.int32)
+        rate = jnp.broadcast_to(theta, (num_rows,))
+        if self.likelihood == "negative_binomial":
+            k_gamma, key = random.split(key)
+            odds = theta / jnp.where(theta < 1.0, 1.0 - theta, 1.0)
+            rate = random.gamma(k_gamma, self.total_count, dtype=self.dtype) * odds
+        return random.poisson(key, rate, (num_rows,)).astype(jnp.int32)
+
+    def draw_prior(self, key, num_rows, capacity):
+        r"""A draw of the state from the prior: the atoms in series order, each row's counts
+        ``X_nk ~ h(· | θ_k)``, up to the last atom some row uses (the atoms after it belong to
+        the tail the sampler integrates out).
+
+        Atoms are drawn one after the other (gaps ``Exp(1)``, uniform marks) until the atoms
+        after the current one have expected use ``Λ`` (:meth:`log_no_later_use`) below
+        ``1e-4``: the draw is exact up to that probability of a later used atom. An atom used
+        beyond the ``capacity`` slots is left out and the draw reported ``truncated``, as is
+        a draw still unfinished after ``64 capacity`` atoms.
+
+        :returns: ``(x, arrivals, marks, num_atoms, truncated)``: ``(N, C)`` int32 counts,
+            ``(C,)`` arrivals (0 beyond ``num_atoms``) and marks (0.5 beyond), the number of
+            instantiated atoms (the last used one) and a bool.
+        """
+        dtype, limit = self.dtype, 64 * capacity
+
+        def unfinished(carry):
+            k, tail = carry[0], carry[-1]
+            return (tail > _PRIOR_TAIL) & (k < limit)
+
+        def next_atom(carry):
+            k, key, u, x, arrivals, marks, num_atoms, lost, _ = carry
+            key, k_gap, k_mark, k_counts = random.split(key, 4)
+            u = u + random.exponential(k_gap, (), dtype)
+            mark = random.uniform(k_mark, (), dtype, minval=1e-7, maxval=1.0 - 1e-7)
+            theta = self.theta(u, mark)
+            counts = self.draw_counts(k_counts, theta, num_rows)
+            used, inside = jnp.any(counts > 0), k < capacity
+            slot = jnp.minimum(k, capacity - 1)
+            x = x.at[:, slot].set(jnp.where(inside, counts, x[:, slot]))
+            arrivals = arrivals.at[slot].set(jnp.where(inside, u, arrivals[slot]))
+            marks = marks.at[slot].set(jnp.where(inside, mark, marks[slot]))
+            num_atoms = jnp.where(used & inside, k + 1, num_atoms)
+            tail = -self.log_no_later_use(u, theta, k + 1)
+            return k + 1, key, u, x, arrivals, marks, num_atoms, lost | (used & ~inside), tail
+
+        zero = jnp.zeros((), jnp.int32)
+        start = (
+            zero,
+            key,
+            jnp.zeros((), dtype),
+            jnp.zeros((num_rows, capacity), jnp.int32),
+            jnp.zeros(capacity, dtype),
+            jnp.full(capacity, 0.5, dtype),
+            zero,
+            jnp.zeros((), bool),
+            -self.log_no_later_use(jnp.zeros((), dtype), jnp.zeros((), dtype), zero),
+        )
+        _, _, _, x, arrivals, marks, num_atoms, lost, tail = lax.while_loop(
+            unfinished, next_atom, start
+        )
+        kept = jnp.arange(capacity) < num_atoms
+        return (
+            x,
+            jnp.where(kept, arrivals, 0.0),
+            jnp.where(kept, marks, 0.5),
+            num_atoms,
+            lost | (tail > _PRIOR_TAIL),
+        )
 
     def move_arrivals(self, key, gamma, marks, totals, num_atoms):
         """Metropolis on each interior arrival ``Γ_k``, ``k < num_atoms - 1`` (sweep step 5):

@@ -149,7 +149,7 @@ class CRMSliceKernel(FixedOptions, MCMCKernel):
         return type(self)(wrapper(self._model), **options)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        """A chain (or a batch of chains) with no instantiated atom.
+        """A chain (or a batch of chains) at its first state (the subclass's ``_init_chain``).
 
         ``init_params`` is refused with a ``ValueError``: the sampler's state (arrival times,
         marks, the atom buffer) cannot be rebuilt from site values. As a block of
@@ -163,8 +163,8 @@ class CRMSliceKernel(FixedOptions, MCMCKernel):
             raise ValueError(
                 f"{engine} does not take init_params (got sites "
                 f"{sorted(init_params) if isinstance(init_params, dict) else init_params!r}): "
-                "every chain starts from no instantiated atom, the first sweeps reveal them from "
-                "the prior; to continue a run set mcmc.post_warmup_state = mcmc.last_state"
+                "every chain starts from its own first state (no instantiated atom, or a prior "
+                "draw); to continue a run set mcmc.post_warmup_state = mcmc.last_state"
             )
         constants = self._read(model_args, model_kwargs, gibbs)
         self.constants = constants

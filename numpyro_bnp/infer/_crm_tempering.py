@@ -29,22 +29,19 @@ untempered log-likelihood ``log p(y | X, ψ)`` at ``σ²`` (:func:`swap_replicas
 more than ``β``: a block of :class:`numpyro.infer.Gibbs`, whose hot replicas keep the noise and
 trait prior of the end of warm-up). Each swap is a Metropolis move with a symmetric proposal (an
 exchange is its own inverse) and the pairs of one sweep are disjoint, so the product of the
-replicas' targets is kept; the first replica's marginal is the untempered posterior.
-
-The pairs alternate deterministically (Syed et al. 2022, "DEO"): even pairs ``(0, 1), (2, 3), …``
-after even sweeps, odd pairs after odd ones, a non-reversible schedule under which a state
-travels the ladder in ``O(R)`` sweeps rather than ``O(R²)``.
+replicas' targets is kept; the first replica's marginal is the untempered posterior. The
+ladder and the alternation of the pairs (Syed et al. 2022, "DEO") are those of every tempered
+sampler of the library (:mod:`numpyro_bnp.infer._tempering`).
 """
 
-import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import random
 
 from numpyro_bnp.infer import _crm_target as target
+from numpyro_bnp.infer._tempering import exchange_adjacent
 
 __all__ = [
     "Replicas",
@@ -53,7 +50,6 @@ __all__ = [
     "replica_mesh",
     "replica_numbers",
     "swap_replicas",
-    "temperature_ladder",
 ]
 
 REPLICA_AXIS = "replicas"
@@ -73,58 +69,6 @@ class Replicas(NamedTuple):
     noise_var: jnp.ndarray | None = None
     trait_loc: jnp.ndarray | None = None
     trait_var: jnp.ndarray | None = None
-
-
-def temperature_ladder(temperatures, num_cells=None):
-    """The inverse temperatures ``(β_0, …, β_{R-1})`` of ``temperatures``, or ``None``.
-
-    :param temperatures: ``None`` (no tempering); an int ``R >= 2``: the geometric ladder
-        ``β_r = exp(-r √(2 / (N D)))`` for ``N D = num_cells`` observed numbers (the spacing at
-        which the expected log swap ratio of two replicas of a Gaussian likelihood is about -1,
-        ``docs/crm_slice.md``; ``num_cells=None`` checks the int only); or a sequence of inverse
-        temperatures ``1 = β_0 > β_1 > … > β_{R-1} > 0``.
-    :raises ValueError: naming ``temperatures``, for anything else.
-    """
-    if temperatures is None:
-        return None
-    if isinstance(temperatures, bool | np.bool_):
-        raise ValueError(
-            f"temperatures must be None, an int >= 2 or a sequence, got {temperatures}"
-        )
-    if isinstance(temperatures, int | np.integer):
-        if temperatures < 2:
-            raise ValueError(
-                f"temperatures must be an int >= 2 (the number of replicas), got {temperatures} "
-                "(None runs without tempered replicas)"
-            )
-        if num_cells is None:
-            return None
-        step = math.sqrt(2.0 / max(int(num_cells), 1))
-        return tuple(math.exp(-r * step) for r in range(int(temperatures)))
-    try:
-        betas = np.asarray(temperatures, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"temperatures must be None, an int >= 2 or a sequence of inverse temperatures, "
-            f"got {temperatures!r}"
-        ) from None
-    if betas.ndim != 1 or betas.size < 2:
-        raise ValueError(
-            "temperatures must be a sequence of at least 2 inverse temperatures "
-            f"1 = β_0 > β_1 > ... > 0, got {temperatures!r}"
-        )
-    if not np.all(np.isfinite(betas)):
-        raise ValueError(f"temperatures must be finite, got {temperatures!r}")
-    if betas[0] != 1.0:
-        raise ValueError(
-            f"temperatures must start at 1 (the untempered replica, whose draws are the "
-            f"samples), got {betas[0]}"
-        )
-    if np.any(betas <= 0):
-        raise ValueError(f"temperatures must be > 0, got {temperatures!r}")
-    if np.any(np.diff(betas) >= 0):
-        raise ValueError(f"temperatures must be strictly decreasing, got {temperatures!r}")
-    return tuple(float(b) for b in betas)
 
 
 def replica_numbers(numbers, betas):
@@ -212,13 +156,8 @@ def swap_replicas(key, states, numbers, obs, parity, *, count_site, trait_site):
     pair = jnp.arange(num - 1)
     # each difference compares two replicas' densities at one state: exactly 0 when they agree
     delta = (g[pair, pair + 1] - g[pair + 1, pair + 1]) + (g[pair + 1, pair] - g[pair, pair])
-    rate = jnp.where(jnp.isnan(delta), 0.0, jnp.exp(jnp.minimum(delta, 0.0)))
-    log_u = jnp.log(random.uniform(key, (num - 1,), g.dtype))
-    swapped = (pair % 2 == parity) & (log_u < delta)
+    source, rate, swapped = exchange_adjacent(key, delta, parity)
     index = jnp.arange(num)
-    up = jnp.concatenate([swapped, jnp.zeros(1, bool)])  # replica r takes r + 1's state
-    down = jnp.concatenate([jnp.zeros(1, bool), swapped])  # replica r takes r - 1's state
-    source = jnp.where(up, index + 1, jnp.where(down, index - 1, index))
     moved = source != index
     states = jax.tree.map(lambda a: a[source], states)
     log_lik = jnp.where(moved, lik[index, source], states.log_likelihood)

@@ -34,6 +34,7 @@ The beta–negative-binomial topic model has its own kernel,
 :class:`~numpyro_bnp.infer.CRMTopicSlice`.
 """
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -59,11 +60,13 @@ from numpyro_bnp.infer._crm_sweep import (
     sweep_atoms,
 )
 from numpyro_bnp.infer._linear_gaussian import feature_posterior, sample_feature_posterior
-from numpyro_bnp.infer._mcmc import with_deterministic
+from numpyro_bnp.infer._mcmc import SaturationError, with_deterministic
+from numpyro_bnp.infer._tempering import split_replicas, stack_replicas, temperature_ladder
 
 __all__ = ["CRMSlice", "CRMSliceState"]
 
 _REFRESH_ROWS = 64  # collapsed row moves: rows between recomputations of the trait posterior
+_STARTS = ("empty", "prior")  # the first states CRMSlice(start=) offers
 
 
 class CRMSliceState(NamedTuple):
@@ -139,6 +142,7 @@ class _Constants(NamedTuple):
     betas: tuple | None = None  # the ladder of inverse temperatures (None: no tempering)
     mesh: object = None  # devices over which the replicas are sharded (None: one device)
     num_warmup: int = 0  # a Gibbs block's hot replicas follow the other blocks until then
+    start: str = "empty"  # the first state: "empty" or "prior" (drawn from the prior)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,21 +228,31 @@ def _log_terms(c, atoms, z, theta, arrivals, num_atoms, numbers):
 
 
 def _init_chain(c, numbers, key):
-    """A chain's first state: no count, no instantiated atom, traits from the prior, the mass
-    (with a mass site) drawn from its prior."""
+    """A chain's first state, the mass (with a mass site) drawn from its prior. ``c.start ==
+    "empty"``: no count, no instantiated atom, traits from the prior. ``"prior"``: the atoms and
+    counts drawn from the prior (:meth:`~numpyro_bnp.infer._crm_atoms.AtomSeries.draw_prior`),
+    the traits from their conditional given the counts and the data; ``saturated`` marks a draw
+    that did not fit the buffer."""
     spec, dtype, cap = c.spec, c.atoms.dtype, c.capacity
     key, k_psi = random.split(key)
-    x = jnp.zeros((spec.num_rows, cap), jnp.int32)
-    z = {spec.count_site: x, spec.trait_site: _draw_traits(k_psi, cap, numbers, spec.dim, dtype)}
-    if spec.crm_site is not None:
-        z[spec.crm_site] = jnp.zeros(cap, dtype)
+    z = {}
     if spec.mass_site is not None:
         key, k_mass = random.split(key)
         z[spec.mass_site] = spec.mass_prior.sample(k_mass).astype(dtype)
-    arrivals, marks = jnp.zeros(cap, dtype), jnp.full(cap, 0.5, dtype)
-    num_atoms = jnp.zeros((), jnp.int32)
     atoms = _atoms_at(c, z)
+    if c.start == "prior":
+        key, k_atoms = random.split(key)
+        x, arrivals, marks, num_atoms, truncated = atoms.draw_prior(k_atoms, spec.num_rows, cap)
+        traits = _gaussian_trait_step(k_psi, x, numbers, c.shared_var, spec.dim)
+    else:
+        x = jnp.zeros((spec.num_rows, cap), jnp.int32)
+        arrivals, marks = jnp.zeros(cap, dtype), jnp.full(cap, 0.5, dtype)
+        num_atoms, truncated = jnp.zeros((), jnp.int32), jnp.zeros((), bool)
+        traits = _draw_traits(k_psi, cap, numbers, spec.dim, dtype)
+    z[spec.count_site], z[spec.trait_site] = x, traits
     theta = live_theta(atoms, arrivals, marks, num_atoms)
+    if spec.crm_site is not None:
+        z[spec.crm_site] = theta
     log_lik, log_joint = _log_terms(c, atoms, z, theta, arrivals, num_atoms, numbers)
     return CRMSliceState(
         z=z,
@@ -246,7 +260,7 @@ def _init_chain(c, numbers, key):
         log_likelihood=log_lik,
         log_joint=log_joint,
         rng_key=key,
-    )
+    )._replace(saturated=truncated)
 
 
 def _sweep(c, numbers, state):
@@ -365,11 +379,6 @@ def _refresh(c, numbers, state):
 _NUMBERS_AXES = CRMTraitNumbers(obs=None, noise_var=0, trait_loc=0, trait_var=0, num_rows=None)
 
 
-def _stack(first, rest):
-    """One pytree with a leading replica axis: ``first`` then the stacked ``rest``."""
-    return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
-
-
 def _replica_numbers(c, numbers, state):
     """The ``R`` replicas' numbers and the hot ones to keep in the state (``None`` outside
     Gibbs). A block of :class:`numpyro.infer.Gibbs` tempers the other blocks' current values
@@ -389,20 +398,21 @@ def _replica_numbers(c, numbers, state):
         )
     ]
     full = tempered._replace(
-        noise_var=_stack(tempered.noise_var[0], keep[0]),
-        trait_loc=_stack(tempered.trait_loc[0], keep[1]),
-        trait_var=_stack(tempered.trait_var[0], keep[2]),
+        noise_var=stack_replicas(tempered.noise_var[0], keep[0]),
+        trait_loc=stack_replicas(tempered.trait_loc[0], keep[1]),
+        trait_var=stack_replicas(tempered.trait_var[0], keep[2]),
     )
     return full, keep
 
 
 def _tempered_init_chain(c, numbers, key):
-    """A chain of ``R`` replicas, each with no instantiated atom."""
+    """A chain of ``R`` replicas, each started as :func:`_init_chain` says (``saturated``: any
+    replica's prior draw did not fit the buffer)."""
     nums = tempering.replica_numbers(numbers, c.betas)
     keys = random.split(key, len(c.betas))
     states = jax.vmap(lambda n, k: _init_chain(c, n, k), in_axes=(_NUMBERS_AXES, 0))(nums, keys)
-    cold = jax.tree.map(lambda a: a[0], states)
-    hot = jax.tree.map(lambda a: a[1:], states)
+    cold, hot = split_replicas(states)
+    cold = cold._replace(saturated=jnp.any(states.saturated))
     gaussian = (None, None, None)
     if c.gibbs:
         gaussian = (nums.noise_var[1:], nums.trait_loc[1:], nums.trait_var[1:])
@@ -420,7 +430,7 @@ def _tempered_sweep(c, numbers, state):
     exchanges of adjacent replicas (:func:`~numpyro_bnp.infer._crm_tempering.swap_replicas`)."""
     nums, kept = _replica_numbers(c, numbers, state)
     cold = state._replace(replicas=None, swap_rate=None, swapped=None)
-    stack = _stack(cold, state.replicas.states)
+    stack = stack_replicas(cold, state.replicas.states)
     stack, gaussian = tempering.constrain_replicas(
         (stack, (nums.noise_var, nums.trait_loc, nums.trait_var)), c.mesh
     )  # the data (nums.obs) are not split over the devices
@@ -440,8 +450,7 @@ def _tempered_sweep(c, numbers, state):
         trait_site=c.spec.trait_site,
     )
     saturated = jnp.any(swept.saturated)
-    new = jax.tree.map(lambda a: a[0], swept)
-    hot = jax.tree.map(lambda a: a[1:], swept)
+    new, hot = split_replicas(swept)
     gaussian = (None, None, None) if kept is None else tuple(kept)
     return new._replace(
         saturated=saturated,
@@ -523,6 +532,14 @@ class CRMSlice(CRMSliceKernel):
     :param bool shard_replicas: with several devices (``jax.devices()``), lay the replicas out
         over the largest number of them that divides ``R`` (default ``True``). Set ``False``
         when the chains already take the devices (``chain_method="parallel"``).
+    :param str start: the first state of each chain: ``"empty"`` (default; no instantiated
+        atom, the first sweeps reveal them) or ``"prior"``: the atoms and every row's counts
+        drawn from the prior (the series up to its last used atom,
+        :meth:`~numpyro_bnp.infer._crm_atoms.AtomSeries.draw_prior`), the traits from their
+        conditional given those counts and the data — as
+        :class:`~numpyro_bnp.infer.AcceleratedIBPGibbs` starts from an IBP draw. On digits
+        (``D = 64``) chains started from the prior reach a better fit sooner (measured in
+        ``docs/crm_slice.md``, "Real data"). The target is the same either way.
     :param str on_saturation: a sweep that needs more atoms than the buffer holds ``"warn"`` s
         (a ``RuntimeWarning`` on the host, again each time a chain's count of such sweeps
         doubles) or raises (``"error"``: a ``RuntimeError`` stops the run).
@@ -555,6 +572,7 @@ class CRMSlice(CRMSliceKernel):
         "collapsed_rows",
         "temperatures",
         "shard_replicas",
+        "start",
     )
 
     @renamed_arguments(max_atoms="max_features")
@@ -574,6 +592,7 @@ class CRMSlice(CRMSliceKernel):
         collapsed_rows=False,
         temperatures=None,
         shard_replicas=True,
+        start="empty",
         on_saturation="warn",
     ):
         super().__init__(
@@ -592,16 +611,19 @@ class CRMSlice(CRMSliceKernel):
         if not isinstance(collapsed_rows, bool | np.bool_):
             raise ValueError(f"collapsed_rows must be True or False, got {collapsed_rows!r}")
         self.collapsed_rows = bool(collapsed_rows)
-        tempering.temperature_ladder(temperatures)  # a ValueError naming it, here
+        temperature_ladder(temperatures)  # a ValueError naming it, here
         if temperatures is None:
             self.temperatures = None
         elif isinstance(temperatures, int | np.integer):
             self.temperatures = int(temperatures)
         else:
-            self.temperatures = tempering.temperature_ladder(temperatures)
+            self.temperatures = temperature_ladder(temperatures)
         if not isinstance(shard_replicas, bool | np.bool_):
             raise ValueError(f"shard_replicas must be True or False, got {shard_replicas!r}")
         self.shard_replicas = bool(shard_replicas)
+        if start not in _STARTS:
+            raise ValueError(f"start must be one of {_STARTS}, got {start!r}")
+        self.start = start
         self._num_warmup = 0
 
     @property
@@ -613,10 +635,24 @@ class CRMSlice(CRMSliceKernel):
         return None if isinstance(self.temperatures, int) else self.temperatures
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        """A chain (or a batch of chains) with no instantiated atom (with ``temperatures``:
-        ``R`` such replicas); see :meth:`CRMSliceKernel.init`."""
+        """A chain (or a batch of chains) with no instantiated atom, or drawn from the prior
+        (``start="prior"``; with ``temperatures``: ``R`` such replicas); see
+        :meth:`CRMSliceKernel.init`. A prior draw that needs more atoms than the buffer holds is
+        reported as ``on_saturation`` says."""
         self._num_warmup = int(num_warmup)
-        return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
+        state = super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
+        truncated = np.atleast_1d(np.asarray(state.saturated))
+        if truncated.any():
+            message = (
+                f"CRMSlice(start='prior'): the prior draw of the first state of chain(s) "
+                f"{np.flatnonzero(truncated).tolist()} used atoms beyond the buffer of "
+                f"{self.constants.capacity}; they were left out (the chains still target the "
+                "posterior, from a truncated start). Build CRMSlice(..., max_features=) larger."
+            )
+            if self.on_saturation == "error":
+                raise SaturationError(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return state
 
     @renamed_arguments(max_atoms="max_features")
     def grow(self, state, max_features=None):
@@ -663,7 +699,7 @@ class CRMSlice(CRMSliceKernel):
                 + ("" if shared else " and per-column variances")
             )
         cells = spec.num_rows * spec.dim if spec.obs_value is not None else 1
-        betas = tempering.temperature_ladder(self.temperatures, cells)
+        betas = temperature_ladder(self.temperatures, cells)
         mesh = None if betas is None else tempering.replica_mesh(len(betas), self.shard_replicas)
         return _Constants(
             spec,
@@ -678,6 +714,7 @@ class CRMSlice(CRMSliceKernel):
             betas,
             mesh,
             self._num_warmup,
+            self.start,
         )
 
     def _state_rows(self, state):
