@@ -93,6 +93,18 @@ class NGGPMarginalGibbsState(NamedTuple):
         (:mod:`numpyro_bnp.infer.nggp_gibbs`, "Capacity").
     :ivar num_saturated: the sweeps so far with ``saturated`` (int32; the first state counts).
     :ivar rng_key: PRNG key.
+    :ivar replicas: with tempered replicas (``NGGPMarginalGibbs(..., temperatures=)``,
+        :mod:`numpyro_bnp.infer._nggp_tempering`), the ``R - 1`` hot replicas: an
+        ``NGGPMarginalGibbsState`` with a leading axis ``R - 1`` (replica ``r`` at index
+        ``r - 1``; their ``log_joint`` is their tempered target, ``log p(h) + log p(z | h) +
+        β_r log p(X | z)``, their ``log_likelihood`` untempered). The fields above are those of
+        the untempered replica (``β_0 = 1``), except ``saturated`` / ``num_saturated``, which
+        count a sweep in which any replica saturated. ``None`` without tempering.
+    :ivar swap_rate: ``(R - 1,)`` the probability ``min(1, exp(Δ_r))`` that replicas ``r`` and
+        ``r + 1`` exchange their states, at the swept states, proposed or not (its mean over
+        draws is the pair's swap acceptance rate; ``None`` without tempering).
+    :ivar swapped: ``(R - 1,)`` bool, the pairs exchanged in this sweep (``None`` without
+        tempering).
     """
 
     i: jnp.ndarray
@@ -105,6 +117,9 @@ class NGGPMarginalGibbsState(NamedTuple):
     saturated: jnp.ndarray
     num_saturated: jnp.ndarray
     rng_key: jnp.ndarray
+    replicas: object = None
+    swap_rate: jnp.ndarray | None = None
+    swapped: jnp.ndarray | None = None
 
 
 class _Config(NamedTuple):
@@ -226,11 +241,13 @@ def _log_likelihood(family, rows, params, counts):
     return gains.sum() + jax.vmap(log_base)(rows).sum()
 
 
-def _assign(family, rows, cfg, labels, counts, params, key, log_new_fn):
+def _assign(family, rows, cfg, labels, counts, params, key, log_new_fn, beta=None):
     """One pass over the rows in order, each label drawn from its full conditional (module
     docstring, step 3): ``(labels, counts, params, saturated)``. ``log_new_fn(n, counts)``
     gives the log prior weights of a new cluster (a scalar) and of the occupied slots ``(K,)``
-    (``counts`` without row ``n``); a label ``-1`` is a row not yet assigned."""
+    (``counts`` without row ``n``); a label ``-1`` is a row not yet assigned. ``beta``: the
+    inverse temperature of a tempered replica (the predictives raised to it), ``None`` for
+    the untempered chain."""
     capacity = cfg.capacity
     dtype = family.dtype
     gumbel = random.gumbel(key, (cfg.num_rows, capacity), dtype)
@@ -254,6 +271,8 @@ def _assign(family, rows, cfg, labels, counts, params, key, log_new_fn):
                 prior,
             )
             log_pred = family.log_predictive(params, x)
+            if beta is not None:  # a tempered replica: the ratio of tempered marginals
+                log_pred = beta * log_pred
         log_new, log_old = log_new_fn(n, counts)
         new_slot = jnp.argmax(empty)
         full = ~empty[new_slot]
@@ -272,11 +291,24 @@ def _assign(family, rows, cfg, labels, counts, params, key, log_new_fn):
 
 
 def _finish(
-    family, rows, cfg, to_sites, labels, log_u, i, saturated, num_saturated, key, hyper, nggp
+    family,
+    rows,
+    cfg,
+    to_sites,
+    labels,
+    log_u,
+    i,
+    saturated,
+    num_saturated,
+    key,
+    hyper,
+    nggp,
+    beta=None,
 ):
     """Canonical labels, the component draws and the diagnostics: the state after a sweep
     (``hyper``: the hyper-parameter sites' values, ``nggp`` the numbers at them;
-    ``num_saturated`` the saturated sweeps before this one)."""
+    ``num_saturated`` the saturated sweeps before this one; ``beta``: a tempered replica's
+    inverse temperature, whose ``log_joint`` is its tempered target)."""
     dtype = family.dtype
     labels = _canonical(labels, cfg.capacity)
     counts = _slot_sizes(labels, cfg.capacity)
@@ -284,7 +316,8 @@ def _finish(
     key, key_theta = random.split(key)
     log_lik = _log_likelihood(family, rows, params, counts)
     pairs = np.asarray(cfg.pairs, np.int32).reshape(-1, 2)
-    log_joint = nggp.log_prior.astype(dtype) + _log_eppf(counts, cfg, nggp, dtype) + log_lik
+    tempered = log_lik if beta is None else beta * log_lik
+    log_joint = nggp.log_prior.astype(dtype) + _log_eppf(counts, cfg, nggp, dtype) + tempered
     return NGGPMarginalGibbsState(
         i=jnp.asarray(i, jnp.int32),
         z=to_sites(labels, family.sample(key_theta, params), hyper),
@@ -339,8 +372,10 @@ def _update_hyper(key, cfg, counts, log_u, hyper, numbers, dtype):
     return hyper, numbers(hyper)
 
 
-def _sweep(family, rows, cfg, labels, hyper, numbers, key):
-    """Steps 1-3 of the module docstring: ``(labels, log U, saturated, hyper, numbers)``."""
+def _sweep(family, rows, cfg, labels, hyper, numbers, key, beta=None):
+    """Steps 1-4 of the module docstring: ``(labels, log U, saturated, hyper, numbers)``;
+    ``beta``: a tempered replica's inverse temperature (the label step and the merge–split
+    moves on ``p(h) p(z, U | h) p(X | z)^β``; steps 1 and 2 do not read the likelihood)."""
     dtype = family.dtype
     key_u, key_z = random.split(key)
     key_h = random.fold_in(key_u, 1)  # (the streams of fixed hyper-parameters as they were)
@@ -358,7 +393,9 @@ def _sweep(family, rows, cfg, labels, hyper, numbers, key):
     def weights(n, counts):
         return log_new, _log_old(counts, sigma, dtype)
 
-    labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key_z, weights)
+    labels, _, _, saturated = _assign(
+        family, rows, cfg, labels, counts, params, key_z, weights, beta
+    )
 
     sketch = None if rows is None or not cfg.split_merge else row_sketch(rows)
     scans = cfg.split_merge_scans  # restricted Gibbs scans of each move
@@ -367,7 +404,7 @@ def _sweep(family, rows, cfg, labels, hyper, numbers, key):
         labels, full = carry
         key = random.fold_in(key_z, t + 1)
         labels, _, refused = split_merge(
-            family, rows, labels, log_u, mass, sigma, tau, cfg.capacity, key, sketch, scans
+            family, rows, labels, log_u, mass, sigma, tau, cfg.capacity, key, sketch, scans, beta
         )
         return labels, full | refused
 
@@ -376,8 +413,9 @@ def _sweep(family, rows, cfg, labels, hyper, numbers, key):
     return labels, log_u, saturated, hyper, nggp
 
 
-def _sequential(family, rows, cfg, nggp, key):
-    """The first state's labels: one sequential pass with the exact EPPF predictive weights."""
+def _sequential(family, rows, cfg, nggp, key, beta=None):
+    """The first state's labels: one sequential pass with the exact EPPF predictive weights
+    (a tempered replica's: the predictives raised to ``beta``)."""
     dtype = family.dtype
     capacity = cfg.capacity
 
@@ -388,36 +426,52 @@ def _sequential(family, rows, cfg, nggp, key):
     labels = jnp.full(cfg.num_rows, -1, jnp.int32)
     counts = jnp.zeros(capacity, jnp.int32)
     params = family.init_clusters(capacity)
-    labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key, weights)
+    labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key, weights, beta)
     return labels, saturated
 
 
-def _init_chain(key, rows, labels, hyper, family, cfg, to_sites, numbers):
+def _init_chain(key, rows, labels, hyper, family, cfg, to_sites, numbers, beta=None):
     """The first state: the hyper-parameter sites at ``hyper`` ``{site: value}`` (every one of
-    ``cfg.hyper_sites``), then the sequential pass, or the given ``labels`` ``(N,)``."""
+    ``cfg.hyper_sites``), then the sequential pass, or the given ``labels`` ``(N,)``
+    (``beta``: a tempered replica's inverse temperature)."""
     key, key_z, key_u = random.split(key, 3)
     dtype = family.dtype
     nggp = numbers(hyper)
     if labels is None:
-        labels, saturated = _sequential(family, rows, cfg, nggp, key_z)
+        labels, saturated = _sequential(family, rows, cfg, nggp, key_z, beta)
     else:
         saturated = jnp.zeros((), bool)
     counts = _slot_sizes(labels, cfg.capacity)
     log_u = _sample_log_u(key_u, cfg, counts, nggp, dtype)
-    return _finish(family, rows, cfg, to_sites, labels, log_u, 0, saturated, 0, key, hyper, nggp)
+    return _finish(
+        family, rows, cfg, to_sites, labels, log_u, 0, saturated, 0, key, hyper, nggp, beta
+    )
 
 
-def _step(state, rows, family, cfg, to_sites, numbers):
-    """One MCMC iteration: a sweep (module docstring), then :func:`_finish`."""
+def _step(state, rows, family, cfg, to_sites, numbers, beta=None):
+    """One MCMC iteration: a sweep (module docstring), then :func:`_finish` (``beta``: a
+    tempered replica's inverse temperature)."""
     key, key_sweep = random.split(state.rng_key)
     labels = state.z[cfg.partition_site]
     hyper = {name: state.z[name] for name in cfg.hyper_sites}
     labels, log_u, saturated, hyper, nggp = _sweep(
-        family, rows, cfg, labels, hyper, numbers, key_sweep
+        family, rows, cfg, labels, hyper, numbers, key_sweep, beta
     )
     i, num_saturated = state.i + 1, state.num_saturated
     return _finish(
-        family, rows, cfg, to_sites, labels, log_u, i, saturated, num_saturated, key, hyper, nggp
+        family,
+        rows,
+        cfg,
+        to_sites,
+        labels,
+        log_u,
+        i,
+        saturated,
+        num_saturated,
+        key,
+        hyper,
+        nggp,
+        beta,
     )
 
 

@@ -125,7 +125,9 @@ def row_sketch(rows):
     return x @ directions
 
 
-def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sketch=None, scans=0):
+def split_merge(
+    family, rows, labels, log_u, mass, sigma, tau, capacity, key, sketch=None, scans=0, beta=None
+):
     """One merge–split move (module docstring) on the labels ``(N,)`` int32.
 
     :param family: the conjugate family of the components (:mod:`numpyro_bnp.families`).
@@ -140,6 +142,12 @@ def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sk
         (module docstring): ``0``, the allocation is the proposal (Dahl 2005); ``t ≥ 1``, the
         allocation and ``t − 1`` scans build the launch state and the last scan is the
         proposal (Jain & Neal 2004).
+    :param beta: ``None``, or the inverse temperature ``β`` of a tempered replica
+        (:mod:`numpyro_bnp.infer._nggp_tempering`), whose target has the marginal likelihood
+        raised to ``β``: the allocation's predictives ``p(x_n | X_b)`` become ``p(x_n |
+        X_b)^β`` (the ratio of tempered marginals), in the forward draw and in the reverse
+        move's ``q`` alike, and the marginal likelihoods' part of the ratio is multiplied by
+        ``β`` (the move is then exact for the tempered target).
     :return: ``(labels, accepted, full)``: the new labels (not canonical: a split's second
         part takes the first free slot), whether the move was accepted, and whether a split
         was refused for want of a free slot.
@@ -205,7 +213,10 @@ def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sk
                     params = family.update(params, stats, -old)
             log_w = jnp.log(sizes - sigma)
             if rows is not None:
-                log_w = log_w + family.log_predictive(params, x)
+                log_pred = family.log_predictive(params, x)
+                if beta is not None:  # a tempered replica (docstring)
+                    log_pred = beta * log_pred
+                log_w = log_w + log_pred
             margin = log_w[1] - log_w[0]
             choose_b = jnp.where(replay, current_b[n], uniforms[n] < jax.nn.sigmoid(margin))
             log_q = log_q + jax.nn.log_sigmoid(jnp.where(choose_b, margin, -margin))
@@ -240,9 +251,17 @@ def split_merge(family, rows, labels, log_u, mass, sigma, tau, capacity, key, sk
     if rows is not None:
         merged = family.absorb(family.init_clusters(1), rows, members.astype(dtype)[:, None])
         a0 = family.log_normalizer(family.prior)
-        log_ratio = (
-            log_ratio + family.log_normalizer(params).sum() - a0 - family.log_normalizer(merged)[0]
-        )  # log p(split) − log p(merge), the marginal likelihoods' part
+        if beta is None:
+            log_ratio = (
+                log_ratio
+                + family.log_normalizer(params).sum()
+                - a0
+                - family.log_normalizer(merged)[0]
+            )  # log p(split) − log p(merge), the marginal likelihoods' part
+        else:  # a tempered replica: the marginal likelihoods raised to β
+            log_ratio = log_ratio + beta * (
+                family.log_normalizer(params).sum() - a0 - family.log_normalizer(merged)[0]
+            )
     log_accept = jnp.where(split, log_ratio - log_q, log_q - log_ratio)
     # a split pair's split is undone by the merge pair (i, j) and the reverse: the pairs'
     # probabilities of choice (module docstring); part a is i's cluster after a split, and

@@ -20,7 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-__all__ = ["exchange_adjacent", "split_replicas", "stack_replicas", "temperature_ladder"]
+__all__ = [
+    "exchange_adjacent",
+    "split_replicas",
+    "stack_replicas",
+    "temperature_ladder",
+    "temperatures_option",
+]
 
 
 def temperature_ladder(temperatures, num_cells=None):
@@ -73,6 +79,18 @@ def temperature_ladder(temperatures, num_cells=None):
     if np.any(np.diff(betas) >= 0):
         raise ValueError(f"temperatures must be strictly decreasing, got {temperatures!r}")
     return tuple(float(b) for b in betas)
+
+
+def temperatures_option(temperatures):
+    """What a kernel keeps of its ``temperatures`` argument: ``None``, an int ``R`` (its ladder
+    waits for the data's size, :func:`temperature_ladder` at ``init``) or the checked ladder.
+
+    :raises ValueError: naming ``temperatures`` (:func:`temperature_ladder`).
+    """
+    temperature_ladder(temperatures)
+    if temperatures is None or isinstance(temperatures, int | np.integer):
+        return None if temperatures is None else int(temperatures)
+    return temperature_ladder(temperatures)
 
 
 def exchange_adjacent(key, delta, parity):

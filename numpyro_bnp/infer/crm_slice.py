@@ -61,7 +61,12 @@ from numpyro_bnp.infer._crm_sweep import (
 )
 from numpyro_bnp.infer._linear_gaussian import feature_posterior, sample_feature_posterior
 from numpyro_bnp.infer._mcmc import SaturationError, with_deterministic
-from numpyro_bnp.infer._tempering import split_replicas, stack_replicas, temperature_ladder
+from numpyro_bnp.infer._tempering import (
+    split_replicas,
+    stack_replicas,
+    temperature_ladder,
+    temperatures_option,
+)
 
 __all__ = ["CRMSlice", "CRMSliceState"]
 
@@ -611,13 +616,7 @@ class CRMSlice(CRMSliceKernel):
         if not isinstance(collapsed_rows, bool | np.bool_):
             raise ValueError(f"collapsed_rows must be True or False, got {collapsed_rows!r}")
         self.collapsed_rows = bool(collapsed_rows)
-        temperature_ladder(temperatures)  # a ValueError naming it, here
-        if temperatures is None:
-            self.temperatures = None
-        elif isinstance(temperatures, int | np.integer):
-            self.temperatures = int(temperatures)
-        else:
-            self.temperatures = temperature_ladder(temperatures)
+        self.temperatures = temperatures_option(temperatures)
         if not isinstance(shard_replicas, bool | np.bool_):
             raise ValueError(f"shard_replicas must be True or False, got {shard_replicas!r}")
         self.shard_replicas = bool(shard_replicas)

@@ -70,7 +70,9 @@ from numpyro_bnp.infer._nggp_sweep import (
     _refresh,
     _step,
 )
+from numpyro_bnp.infer._nggp_tempering import tempered_init_chain, tempered_step
 from numpyro_bnp.infer._nrm_rows import check_documents
+from numpyro_bnp.infer._tempering import temperature_ladder, temperatures_option
 
 __all__ = ["NGGPMarginalGibbs", "NGGPMarginalGibbsState"]
 
@@ -135,7 +137,9 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
     from their posterior given the labels, so ``arviz.from_numpyro`` computes the
     log-likelihood and ``numpyro.infer.Predictive`` runs on the samples. Diagnostics for
     ``extra_fields``: ``num_clusters``, ``log_u``, ``log_joint``, ``log_likelihood``,
-    ``co_clustered`` and ``saturated`` (:class:`NGGPMarginalGibbsState`). Chains start from a
+    ``co_clustered`` and ``saturated`` (:class:`NGGPMarginalGibbsState`); with
+    ``temperatures``, ``swap_rate``, ``swapped`` and the hot replicas' fields
+    (``"replicas.num_clusters"``, ...). Chains start from a
     sequential pass (module docstring) or from ``init_params={partition site: labels (N,)}``
     (any integer labels in ``[0, K)``; hyper-parameter sites may be given too, the others
     start at a fixed point of their supports). Held-out rows: :meth:`log_predictive`.
@@ -154,6 +158,23 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         ``0``, the allocation is the split proposal (Dahl 2005); ``t ≥ 1``, it and ``t − 1``
         scans build the launch state and the last scan proposes. Each scan costs one more pass
         over the two clusters' rows.
+    :param temperatures: tempered replicas (parallel tempering: Geyer 1991; Earl & Deem 2005;
+        ``docs/nrm.md``, "Tempered replicas"; :mod:`numpyro_bnp.infer._nggp_tempering`):
+        ``None`` (default) runs one replica; a sequence of inverse temperatures
+        ``1 = β_0 > β_1 > … > 0`` runs one replica per ``β_r``, replica ``r`` on
+        ``p(h) p(z, U | h) p(X | z)^{β_r}`` (the collapsed marginal likelihood raised to
+        ``β_r``: its label step and merge–split moves use the predictives to the power
+        ``β_r``). All replicas of a chain are swept as one vectorized program (``R`` replicas
+        cost about ``R`` sweeps); after each sweep adjacent replicas exchange their states,
+        hyper-parameter sites included, with probability ``min(1, exp((β_r - β_{r+1})(ℓ_{r+1}
+        - ℓ_r)))``, ``ℓ`` the untempered ``log_likelihood`` (even pairs after even sweeps, odd
+        pairs after odd ones). An int ``R >= 2`` gives ``R`` replicas on the geometric ladder
+        ``β_r = exp(-r √(2 / (N D)))``, ``N D`` the number of cells of the observed ``(N, D)``
+        array (documents: ``D`` the vocabulary size; 1 without data), as ``CRMSlice``'s
+        ladder. The sample and the fields are the untempered replica's (``saturated``: any
+        replica's); ``swap_rate`` and ``swapped`` (``extra_fields``) report the exchanges
+        (:class:`NGGPMarginalGibbsState`). Not as a block of :class:`numpyro.infer.Gibbs` (a
+        ``ValueError``).
 
     **Example**
 
@@ -174,7 +195,14 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
 
     sample_field = "z"
 
-    fixed_options = ("num_pairs", "pairs", "split_merge", "split_merge_scans", "on_saturation")
+    fixed_options = (
+        "num_pairs",
+        "pairs",
+        "split_merge",
+        "split_merge_scans",
+        "on_saturation",
+        "temperatures",
+    )
 
     def __init__(
         self,
@@ -185,6 +213,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         split_merge=5,
         split_merge_scans=0,
         on_saturation="warn",
+        temperatures=None,
     ):
         self._model = model_function(model)
         self.on_saturation = on_saturation_option(on_saturation, _ENGINE)
@@ -197,9 +226,19 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
                 raise ValueError(f"pairs must be integer row indices of shape (P, 2), got {arr}")
             pairs = tuple(map(tuple, arr.tolist()))
         self.pairs = pairs
+        self.temperatures = temperatures_option(temperatures)
         self.spec = None
         self._cfg = None
+        self._betas = None
         self._batched = False
+
+    @property
+    def temperature_ladder(self):
+        """The inverse temperatures ``(β_0 = 1, β_1, …)`` of the replicas (``None`` without
+        tempering, or before :meth:`init` for an int ``temperatures``)."""
+        if self._betas is not None:
+            return self._betas
+        return None if isinstance(self.temperatures, int) else self.temperatures
 
     @property
     def model(self):
@@ -238,6 +277,8 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             split_merge=self.split_merge if spec.num_rows >= 2 else 0,
             split_merge_scans=self.split_merge_scans,
         )
+        cells = spec.num_rows * spec.dim if x is not None else 1
+        self._betas = temperature_ladder(self.temperatures, cells)
 
     def _numbers(self, model_args, model_kwargs):
         """``values -> MixtureNumbers``: the model read at the hyper-parameter sites' values
@@ -292,14 +333,30 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         """A chain (or a batch of chains) at its first state (class docstring)."""
         self._read(model_args, model_kwargs)
         cfg = self._cfg
+        if self._betas is not None and self._gibbs:
+            raise ValueError(
+                f"{_ENGINE}(temperatures=...) does not run as a block of numpyro.infer.Gibbs "
+                "(the hot replicas would follow the other blocks' values of the untempered "
+                "one); build it with temperatures=None there"
+            )
         self._batched = chains_batched(rng_key, _ENGINE)
         labels, hyper = self._init_values(init_params, len(rng_key) if self._batched else None)
         rows = self._rows(model_args, model_kwargs)
         numbers = self._numbers(model_args, model_kwargs)
         family = self._family_at(numbers)
-        init = functools.partial(
-            _init_chain, family=family, cfg=cfg, to_sites=self._to_sites, numbers=numbers
-        )
+        if self._betas is None:
+            init = functools.partial(
+                _init_chain, family=family, cfg=cfg, to_sites=self._to_sites, numbers=numbers
+            )
+        else:  # tempered replicas (module _nggp_tempering)
+            init = functools.partial(
+                tempered_init_chain,
+                family=family,
+                cfg=cfg,
+                to_sites=self._to_sites,
+                numbers=numbers,
+                betas=self._betas,
+            )
         axes = (0, None, None if labels is None else 0, 0)
         # one compiled program: run eagerly, the first state costs a compilation per operation
         state = jax.jit(over_chains(init, self._batched, axes))(rng_key, rows, labels, hyper)
@@ -379,13 +436,15 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             raise RuntimeError(f"{_ENGINE}.init must run before sample")
         rows = self._rows(model_args, model_kwargs)
         numbers = self._numbers(model_args, model_kwargs)
+        tempered = self._betas is not None
         step = functools.partial(
-            _step,
+            tempered_step if tempered else _step,
             rows=rows,
             family=self._family_at(numbers),
             cfg=self._cfg,
             to_sites=self._to_sites,
             numbers=numbers,
+            **({"betas": self._betas} if tempered else {}),
         )
         state = over_chains(step, self._batched)(state)
         self._report_saturation(state)
