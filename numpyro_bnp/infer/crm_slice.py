@@ -544,7 +544,7 @@ class CRMSlice(CRMSliceKernel):
         conditional given those counts and the data — as
         :class:`~numpyro_bnp.infer.AcceleratedIBPGibbs` starts from an IBP draw. On digits
         (``D = 64``) chains started from the prior reach a better fit sooner (measured in
-        ``docs/crm_slice.md``, "Real data"). The target is the same either way.
+        ``docs/crm_slice.md``, "Starting from a prior draw"). The target is the same either way.
     :param str on_saturation: a sweep that needs more atoms than the buffer holds ``"warn"`` s
         (a ``RuntimeWarning`` on the host, again each time a chain's count of such sweeps
         doubles) or raises (``"error"``: a ``RuntimeError`` stops the run).
