@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import random
-from mc_checks import check_mean
+from mc_checks import check_mean, check_partition_events
 from numpyro.infer import MCMC, NUTS, Gibbs
 from scipy.special import logsumexp
 from test_nggp_gibbs import FULL, NORMAL, X1, normal_marginal, partitions, three_clusters
@@ -100,19 +100,7 @@ def test_every_replica_matches_its_enumerated_tempered_posterior(tempered):
         probs = tempered_posterior(beta)
         num = replica(extra, "num_clusters", r)
         together = replica(extra, "co_clustered", r)
-        events = [(num == k, probs[parts.max(1) + 1 == k].sum()) for k in range(1, 6)]
-        events += [
-            (together[..., p], probs[parts[:, i] == parts[:, j]].sum())
-            for p, (i, j) in enumerate(PAIRS)
-        ]
-        checked = 0
-        for draws, exact in events:
-            if 0.01 < exact < 0.99:
-                check_mean(draws, exact)
-                checked += 1
-            else:  # too rare for an ESS-based error: a plain bound
-                assert abs(draws.mean() - exact) < 0.01, (r, draws.mean(), exact)
-        assert checked >= 8, r
+        check_partition_events(num, together, probs, parts)
     # the replicas' targets differ: the hot ones are not the posterior
     cold, hot = tempered_posterior(BETAS[0]), tempered_posterior(BETAS[-1])
     assert 0.5 * np.abs(cold - hot).sum() > 0.3

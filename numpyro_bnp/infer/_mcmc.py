@@ -89,25 +89,34 @@ def with_deterministic(model, model_args, model_kwargs, fn=None, *, engine="the 
 
 
 def slice_sample(key, x0, log_density, width, max_steps=SLICE_MAX_STEPS):
-    """One univariate slice-sampling update of the scalar ``x0`` (Neal, *Slice sampling*, Ann.
-    Statist. 2003: stepping out, Fig. 3, then shrinkage, Fig. 5), which leaves the density
+    """One univariate slice-sampling update of ``x0`` (Neal, *Slice sampling*, Ann. Statist.
+    2003: stepping out, Fig. 3, then shrinkage, Fig. 5), which leaves the density
     ``∝ exp(log_density(x))`` invariant for any ``width > 0``.
 
+    ``x0`` is a scalar, or an array of independent coordinates updated together: then
+    ``log_density`` maps an array of ``x0``'s shape to the array of the coordinates' own log
+    densities (elementwise independent targets, e.g. one per mixture component), ``width``
+    broadcasts to it, and each coordinate has its own slice, bracket and draws; the loop runs
+    until every coordinate is done, a done one kept as it is.
+
     Written as one ``while_loop`` over phases (0: step the left end out, 1: the right end, 2:
-    shrink) so that ``log_density`` is traced twice, not once per loop. The stepping-out budget
-    ``max_steps`` is split at random between the ends, which keeps the update exact (Neal 2003
-    §4.1); the shrinkage always ends (the bracket closes in on ``x0``), ``SLICE_MAX_SHRINK`` only
-    bounds the loop against rounding. A point where ``log_density`` is NaN is outside the slice.
+    shrink, 3: done) so that ``log_density`` is traced twice, not once per loop. The
+    stepping-out budget ``max_steps`` is split at random between the ends, which keeps the
+    update exact (Neal 2003 §4.1); the shrinkage always ends (the bracket closes in on ``x0``),
+    ``SLICE_MAX_SHRINK`` only bounds the loop against rounding. A point where ``log_density``
+    is NaN is outside the slice.
     """
+    shape, dtype = jnp.shape(x0), jnp.result_type(x0)
     k_y, k_u, k_j, k_loop = random.split(key, 4)
-    log_y = log_density(x0) - random.exponential(k_y, dtype=x0.dtype)
-    lo = x0 - width * random.uniform(k_u, dtype=x0.dtype)
-    steps_left = jnp.floor(max_steps * random.uniform(k_j)).astype(jnp.int32)
+    log_y = log_density(x0) - random.exponential(k_y, shape, dtype=dtype)
+    width = jnp.broadcast_to(jnp.asarray(width, dtype), shape)
+    lo = x0 - width * random.uniform(k_u, shape, dtype=dtype)
+    steps_left = jnp.floor(max_steps * random.uniform(k_j, shape)).astype(jnp.int32)
 
     def body(c):
-        phase, lo, hi, n_lo, n_hi, _, key, it = c
+        phase, lo, hi, n_lo, n_hi, x, key, it = c
         key, sub = random.split(key)
-        trial = lo + (hi - lo) * random.uniform(sub, dtype=x0.dtype)
+        trial = lo + (hi - lo) * random.uniform(sub, shape, dtype=dtype)
         point = jnp.where(phase == 0, lo, jnp.where(phase == 1, hi, trial))
         inside = log_density(point) > log_y
         grow_lo = (phase == 0) & inside & (n_lo > 0)
@@ -115,17 +124,20 @@ def slice_sample(key, x0, log_density, width, max_steps=SLICE_MAX_STEPS):
         shrink = (phase == 2) & ~inside
         lo = jnp.where(grow_lo, lo - width, jnp.where(shrink & (trial < x0), trial, lo))
         hi = jnp.where(grow_hi, hi + width, jnp.where(shrink & (trial >= x0), trial, hi))
+        accept = (phase == 2) & inside
+        x = jnp.where(accept, trial, x)
         phase = jnp.where(
             phase == 0,
             jnp.where(grow_lo, 0, 1),
-            jnp.where(phase == 1, jnp.where(grow_hi, 1, 2), jnp.where(inside, 3, 2)),
+            jnp.where(phase == 1, jnp.where(grow_hi, 1, 2), jnp.where(accept | (phase == 3), 3, 2)),
         )
-        return phase, lo, hi, n_lo - grow_lo, n_hi - grow_hi, trial, key, it + 1
+        return phase, lo, hi, n_lo - grow_lo, n_hi - grow_hi, x, key, it + 1
 
-    init = (0, lo, lo + width, steps_left, max_steps - 1 - steps_left, x0, k_loop, 0)
+    zeros = jnp.zeros(shape, int)
+    init = (zeros, lo, lo + width, steps_left, max_steps - 1 - steps_left, x0, k_loop, 0)
     init = tuple(jnp.asarray(v) for v in init)
     phase, *_, x, _, _ = lax.while_loop(
-        lambda c: (c[0] < 3) & (c[7] < 2 * max_steps + SLICE_MAX_SHRINK), body, init
+        lambda c: jnp.any(c[0] < 3) & (c[7] < 2 * max_steps + SLICE_MAX_SHRINK), body, init
     )
     return jnp.where(phase == 3, x, x0)
 

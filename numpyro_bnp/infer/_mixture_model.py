@@ -132,7 +132,8 @@ class MixtureModel:
     :ivar component_sites: the component sites; for the Normal–Gamma and Normal–Wishart pairs
         ``(precision site, mean site)``, e.g. ``("Lambda", "mu")``; else one site.
     :ivar family: ONE cluster's conjugate prior (a :class:`~numpyro_bnp.families.ConjugateFamily`
-        in the traced dtype; engines cast it with ``jax.tree.map``).
+        in the traced dtype; engines cast it with ``jax.tree.map``); ``None`` for components
+        that are not a conjugate pair (``read_mixture_model(conjugate=False)``).
     :ivar obs_kind: ``"documents"`` (Multinomial word counts, rows ``(V,)`` count vectors, each
         document's total count its own) or ``"dense"``.
     :ivar dim: ``D`` (the vocabulary size ``V`` for documents).
@@ -148,6 +149,7 @@ class MixtureModel:
     :ivar held: the traced value of every latent site (the stand-ins of the reader), which
         :meth:`numbers` holds while it reads the model at other values.
     :ivar given: the sites conditioned by the other blocks of a ``numpyro.infer.Gibbs``.
+    :ivar component_supports: ``{component site: its support}``.
     """
 
     model: object
@@ -173,6 +175,7 @@ class MixtureModel:
     conjugate_mass: str | None = None
     held: dict | None = None
     given: tuple = ()
+    component_supports: dict | None = None
 
     def numbers(self, values=None, model_args=None, model_kwargs=None):
         """The NGGP's parameters, the hyper-parameter sites' priors and the family of the model
@@ -198,9 +201,13 @@ class MixtureModel:
         log_prior = jnp.zeros((), dtype)
         for name, prior in priors.items():
             log_prior = log_prior + jnp.sum(prior.log_prob(data[name]))
-        components = [tr[name] for name in self.component_sites]
-        obs_fn = unwrap(tr[self.obs_site]["fn"])
-        family = _family_of(type(self.family), components, obs_fn, self.num_rows, self.family.dtype)
+        family = None
+        if self.family is not None:
+            components = [tr[name] for name in self.component_sites]
+            obs_fn = unwrap(tr[self.obs_site]["fn"])
+            family = _family_of(
+                type(self.family), components, obs_fn, self.num_rows, self.family.dtype
+            )
         return MixtureNumbers(nggp.mass, nggp.sigma, nggp.tau, log_prior, priors, family)
 
     def check_observed(self, values, name):
@@ -236,11 +243,46 @@ class MixtureModel:
         :class:`~numpyro_bnp.families.MeanPrecision` goes to the precision and mean sites; an
         array to the one component site.
         """
+        if isinstance(values, dict):  # already by site (components that are not conjugate)
+            return dict(values)
         if isinstance(values, MeanPrecision):
             precision_site, mean_site = self.component_sites
             return {precision_site: values.precision, mean_site: values.loc}
         (site,) = self.component_sites
         return {site: values}
+
+    def component_terms(self, values, labels, rows=None, model_args=None, model_kwargs=None):
+        """``(log_prior (K,), log_lik (N,))`` of components that need not be conjugate: the
+        log prior ``log H_0`` of each slot's components at ``values`` (``{component site:
+        (K, ...)}``) and each row's ``log f(x_n | θ_{labels_n})`` at ``rows`` ``(N, D)`` (by
+        default the model's data; without data, zeros), ``labels`` ``(N,)`` int32.
+
+        The model is traced with the components, the labels and the other latent sites held
+        (:attr:`held`); ``model_args`` / ``model_kwargs`` as for :meth:`numbers`. Pure and
+        traceable."""
+        args = self.model_args if model_args is None else model_args
+        kwargs = self.model_kwargs if model_kwargs is None else model_kwargs
+        data = {**self.held, **values, self.partition_site: labels}
+        model = handlers.substitute(self.model, data=data)
+        with jax.ensure_compile_time_eval():
+            tr = trace_model(model, args, kwargs, f"{self.engine} (reading its components)")
+        log_prior = sum(tr[name]["fn"].log_prob(tr[name]["value"]) for name in self.component_sites)
+        obs = tr[self.obs_site]
+        if rows is None and not obs["is_observed"]:
+            return log_prior, jnp.zeros(self.num_rows, log_prior.dtype)
+        x = obs["value"] if rows is None else rows
+        return log_prior, _row_log_density(obs["fn"], x, self.num_rows)
+
+    def draw_components(self, key, model_args=None, model_kwargs=None):
+        """``{component site: (K, ...)}``: each slot's components drawn from their prior
+        ``H_0`` (ancestrally, in the model's order), the other latent sites held."""
+        args = self.model_args if model_args is None else model_args
+        kwargs = self.model_kwargs if model_kwargs is None else model_kwargs
+        held = {k: v for k, v in self.held.items() if k not in self.component_sites}
+        model = handlers.seed(handlers.substitute(self.model, data=held), key)
+        with jax.ensure_compile_time_eval():  # (as in numbers: a model's host-side checks)
+            tr = trace_model(model, args, kwargs, f"{self.engine} (drawing components)", seed=False)
+        return {name: tr[name]["value"] for name in self.component_sites}
 
 
 class MixtureNumbers(NamedTuple):
@@ -249,7 +291,8 @@ class MixtureNumbers(NamedTuple):
     :ivar mass, sigma, tau: the NGGP's parameters (scalars).
     :ivar log_prior: ``Σ log p(h)`` of the hyper-parameter sites at the values.
     :ivar priors: ``{hyper-parameter site: its distribution}`` at the values.
-    :ivar family: the components' conjugate family.
+    :ivar family: the components' conjugate family (``None`` for components that are not a
+        conjugate pair).
     """
 
     mass: jnp.ndarray
@@ -516,6 +559,77 @@ def _family_of(kind, components, obs_fn, num_rows, dtype):
     return kind.from_prior(prec["fn"], loc=loc, kappa=xp.asarray(kappa, dtype))
 
 
+def _row_log_density(fn, x, num_rows):
+    """``(N,)`` the observed distribution ``fn``'s log density of each row of ``x`` (its axes
+    after the rows summed)."""
+    lp = fn.log_prob(x)
+    return jnp.reshape(lp, (num_rows, -1)).sum(-1)
+
+
+def _any_components(read, partition, latent, obs, trace, spread):
+    """The component sites of a mixture whose components need not be conjugate: each has a
+    continuous support with a bijection to the real line (the kernel moves them there), and
+    the observed site's log density has one term per row that reads the row's own cluster
+    only: at labels that move the odd rows to the next cluster, the even rows' terms are
+    unchanged and some odd row's changes."""
+    names = tuple(s["name"] for s in latent)
+    for s in latent:
+        support = s["fn"].support
+        try:
+            ok = not support.is_discrete and biject_to(support) is not None
+        except NotImplementedError:
+            ok = False
+        if not ok:
+            read.fail(
+                f"components with continuous supports that map to the real line; "
+                f"{s['name']!r} has support {support}"
+            )
+    num_rows = np.shape(obs["value"])[0]
+    lp = np.asarray(obs["fn"].log_prob(obs["value"]))
+    if lp.ndim == 0 or lp.shape[0] != num_rows:
+        read.fail(
+            f"the observed site {obs['name']!r} to have one log-density term per row (batch "
+            f"shape (N,) = ({num_rows},), the row's other axes an event or a batch after it); "
+            f"its log density has shape {lp.shape}"
+        )
+    num_clusters = int(np.shape(latent[0]["value"])[0])
+    if num_clusters < 2 or num_rows < 2:
+        return names
+    base = spread((num_rows,))
+    moved = np.where(np.arange(num_rows) % 2 == 1, (base + 1) % num_clusters, base)
+    again = trace(lambda shape: np.broadcast_to(moved, shape).astype(np.int32))
+    at_base = lp.reshape(num_rows, -1).sum(-1)
+    fn = next(s["fn"] for s in again.sites if s["name"] == obs["name"])
+    at_moved = np.asarray(_row_log_density(fn, obs["value"], num_rows))
+    even, odd = slice(0, None, 2), slice(1, None, 2)
+    what = f"theta[{partition['name']}]"
+    if not np.allclose(at_base[even], at_moved[even], rtol=1e-5, atol=1e-5):
+        read.fail(
+            f"the observed site {obs['name']!r} to read each row's own cluster only "
+            f"({what}, one term per row): the log density of a row changed when other rows "
+            "changed clusters"
+        )
+    if np.allclose(at_base[odd], at_moved[odd], rtol=0, atol=0):
+        read.fail(
+            f"the observed site {obs['name']!r} to read each row's component by its label "
+            f"({what}): no row's log density changed when its label changed"
+        )
+    # relabelled: slot k's components moved to slot k + 1, every label with them
+    shifted = {s["name"]: np.roll(np.asarray(s["value"]), 1, axis=0) for s in latent}
+    again = trace(
+        lambda shape: np.broadcast_to((base + 1) % num_clusters, shape).astype(np.int32), shifted
+    )
+    fn = next(s["fn"] for s in again.sites if s["name"] == obs["name"])
+    at_shifted = np.asarray(_row_log_density(fn, obs["value"], num_rows))
+    if not np.allclose(at_base, at_shifted, rtol=1e-5, atol=1e-5):
+        read.fail(
+            f"the observed site {obs['name']!r} to read each row's component by its label "
+            f"({what}): the log density changed when the clusters were renumbered (a component "
+            "read by a fixed index?)"
+        )
+    return names
+
+
 def read_mixture_model(
     model,
     model_args=(),
@@ -524,6 +638,7 @@ def read_mixture_model(
     *,
     partitions=("nggp",),
     hyper=False,
+    conjugate=True,
 ):
     """Trace ``model(*model_args, **model_kwargs)`` and locate its mixture-model sites.
 
@@ -535,6 +650,10 @@ def read_mixture_model(
     :param bool hyper: whether the engine learns the NGGP's hyper-parameter sites
         (:mod:`numpyro_bnp.infer._mixture_partition`): scalar latent sites that set only the
         NGGP's mass, sigma or tau.
+    :param bool conjugate: whether the components must be a conjugate pair (the default);
+        ``False`` takes any components and likelihood that fit the roles of the module
+        docstring (``family`` ``None`` unless they are a conjugate pair), checked by
+        :func:`_any_components`.
     :return: a :class:`MixtureModel`.
     :raises ValueError: naming what was expected and listing the sites found (no partition site
         or two, a partition of a kind the engine does not take, labels whose probs are not the
@@ -568,12 +687,12 @@ def read_mixture_model(
 
     read = trace(spread)
     kind, partition, obs, latent = _roles(read, partitions)
-    sticks, hyper_sites, conjugate = None, (), None
+    sticks, hyper_sites, conjugate_mass = None, (), None
     held = {s["name"]: s["value"] for s in read.sites if not s["is_observed"]}
     if kind == "nggp" and hyper:
         scalar = [s for s in latent if s["fn"].batch_shape == () and s["fn"].event_shape == ()]
         if scalar:
-            hyper_sites, conjugate = _hyper_sites(
+            hyper_sites, conjugate_mass = _hyper_sites(
                 read, partition, obs, scalar, lambda data: trace(spread, {**held, **data}).sites
             )
         latent = [s for s in latent if s["name"] not in hyper_sites]
@@ -585,7 +704,14 @@ def read_mixture_model(
         latent = [s for s in latent if s is not sticks]
         params = dict(mass=mass, sigma=0.0, tau=1.0)
     _components(read, latent, num_clusters, learns_hyper=hyper)
-    family, component_sites, obs_kind = _conjugate(read, partition, latent, obs)
+    if conjugate:
+        family, component_sites, obs_kind = _conjugate(read, partition, latent, obs)
+    else:
+        try:
+            family, component_sites, obs_kind = _conjugate(read, partition, latent, obs)
+        except ValueError:  # not a conjugate pair: any components that follow the labels
+            family, obs_kind = None, "dense"
+            component_sites = _any_components(read, partition, latent, obs, trace, spread)
     num_rows, dim = np.shape(obs["value"])
     return MixtureModel(
         model=model,
@@ -605,8 +731,9 @@ def read_mixture_model(
         partition_kind=kind,
         sticks_site=None if sticks is None else sticks["name"],
         hyper_sites=tuple(hyper_sites),
-        conjugate_mass=conjugate,
+        conjugate_mass=conjugate_mass,
         held=held,
         given=given,
+        component_supports={s["name"]: s["fn"].support for s in latent},
         **params,
     )

@@ -80,13 +80,17 @@ class NGGPMarginalGibbsState(NamedTuple):
 
     :ivar i: number of sweeps done (int32).
     :ivar z: the sample, ``{partition site: (N,) int32 canonical labels, component sites: one
-        conjugate-posterior draw per cluster (K, ...), hyper-parameter sites: scalars}``.
+        conjugate-posterior draw per cluster (K, ...), hyper-parameter sites: scalars}``
+        (components that are not conjugate: the chain's own, :mod:`numpyro_bnp.infer.
+        _nggp_auxiliary`).
     :ivar log_u: ``log U_N`` drawn at the start of the sweep.
     :ivar num_clusters: the number of clusters ``K_N`` (int32).
     :ivar log_joint: ``log p(h) + log p(z | h) + log p(X | z)``, the components integrated out
         (the target; ``p(z | h)`` the exact EPPF at the hyper-parameter sites' values ``h``,
         ``p(h)`` their prior; without such sites ``log p(z) + log p(X | z)``).
-    :ivar log_likelihood: ``log p(X | z)``, the components integrated out.
+    :ivar log_likelihood: ``log p(X | z)``, the components integrated out (components that are
+        not conjugate: ``log f(X | z, θ)`` at the chain's components, and ``log_joint`` adds
+        their prior ``log H_0``).
     :ivar co_clustered: ``(P,)`` bool, whether each of the kernel's ``pairs`` of rows share a
         cluster (label-invariant functions for ESS and R-hat).
     :ivar saturated: True when the capacity was full in the sweep
@@ -153,15 +157,21 @@ def _documents(x, width):
     return SparseCounts(jnp.asarray(order), jnp.asarray(xp.take_along_axis(x, order, axis=-1)))
 
 
-def _canonical(labels, capacity):
-    """The labels with clusters renumbered in order of first appearance."""
+def _canonical_order(labels, capacity):
+    """``(K,)`` the old slot of each canonical one: clusters in order of first appearance,
+    empty slots last."""
     num_rows = labels.shape[0]
     first = (
         jnp.full(capacity, num_rows, jnp.int32)
         .at[labels]
         .min(jnp.arange(num_rows, dtype=jnp.int32))
     )
-    order = jnp.argsort(first, stable=True)  # the old slot of each new one, empty slots last
+    return jnp.argsort(first, stable=True)
+
+
+def _canonical(labels, capacity):
+    """The labels with clusters renumbered in order of first appearance."""
+    order = _canonical_order(labels, capacity)
     return jnp.argsort(order)[labels].astype(jnp.int32)
 
 
@@ -372,22 +382,31 @@ def _update_hyper(key, cfg, counts, log_u, hyper, numbers, dtype):
     return hyper, numbers(hyper)
 
 
-def _sweep(family, rows, cfg, labels, hyper, numbers, key, beta=None):
-    """Steps 1-4 of the module docstring: ``(labels, log U, saturated, hyper, numbers)``;
-    ``beta``: a tempered replica's inverse temperature (the label step and the merge–split
-    moves on ``p(h) p(z, U | h) p(X | z)^β``; steps 1 and 2 do not read the likelihood)."""
-    dtype = family.dtype
-    key_u, key_z = random.split(key)
-    key_h = random.fold_in(key_u, 1)  # (the streams of fixed hyper-parameters as they were)
-    counts = _slot_sizes(labels, cfg.capacity)
+def _partition_steps(key, cfg, counts, hyper, numbers, dtype):
+    """Steps 1 and 2 of the module docstring, which read the partition only (slot sizes
+    ``counts``): ``(log U, hyper, numbers, log_new)``, ``log_new = log a (U + τ)^σ`` the log
+    prior weight of a new cluster in the label step (``log a`` for ``σ = 0``)."""
+    key_h = random.fold_in(key, 1)  # (the streams of fixed hyper-parameters as they were)
     nggp = numbers(hyper)
-    log_u = _sample_log_u(key_u, cfg, counts, nggp, dtype)
+    log_u = _sample_log_u(key, cfg, counts, nggp, dtype)
     if cfg.hyper_sites:
         hyper, nggp = _update_hyper(key_h, cfg, counts, log_u, hyper, numbers, dtype)
     mass, sigma, tau = (jnp.asarray(v, dtype) for v in (nggp.mass, nggp.sigma, nggp.tau))
     # a (U + τ)^σ; σ = 0 (the Dirichlet process): a, whatever U
     log_new = jnp.log(mass) + sigma * jnp.logaddexp(log_u, jnp.log(tau))
     log_new = jnp.where(sigma == 0, jnp.log(mass), log_new).astype(dtype)
+    return log_u, hyper, nggp, log_new
+
+
+def _sweep(family, rows, cfg, labels, hyper, numbers, key, beta=None):
+    """Steps 1-4 of the module docstring: ``(labels, log U, saturated, hyper, numbers)``;
+    ``beta``: a tempered replica's inverse temperature (the label step and the merge–split
+    moves on ``p(h) p(z, U | h) p(X | z)^β``; steps 1 and 2 do not read the likelihood)."""
+    dtype = family.dtype
+    key_u, key_z = random.split(key)
+    counts = _slot_sizes(labels, cfg.capacity)
+    log_u, hyper, nggp, log_new = _partition_steps(key_u, cfg, counts, hyper, numbers, dtype)
+    mass, sigma, tau = (jnp.asarray(v, dtype) for v in (nggp.mass, nggp.sigma, nggp.tau))
     params = _cluster_params(family, rows, labels, cfg.capacity)
 
     def weights(n, counts):
@@ -416,18 +435,25 @@ def _sweep(family, rows, cfg, labels, hyper, numbers, key, beta=None):
 def _sequential(family, rows, cfg, nggp, key, beta=None):
     """The first state's labels: one sequential pass with the exact EPPF predictive weights
     (a tempered replica's: the predictives raised to ``beta``)."""
-    dtype = family.dtype
     capacity = cfg.capacity
-
-    def weights(n, counts):  # row n joins the partition of the n rows before it
-        log_new = _log_new_weight(n + 1, jnp.sum(counts > 0), nggp, dtype)
-        return log_new, _log_old(counts, nggp.sigma, dtype)
-
+    weights = _sequential_weights(nggp, family.dtype)
     labels = jnp.full(cfg.num_rows, -1, jnp.int32)
     counts = jnp.zeros(capacity, jnp.int32)
     params = family.init_clusters(capacity)
     labels, _, _, saturated = _assign(family, rows, cfg, labels, counts, params, key, weights, beta)
     return labels, saturated
+
+
+def _sequential_weights(nggp, dtype):
+    """The label step's prior weights of the sequential pass: row ``n`` joins the partition of
+    the ``n`` rows before it (the exact EPPF predictive, ``(n_k − σ)`` against
+    ``V_{n+1,K+1} / V_{n+1,K}``)."""
+
+    def weights(n, counts):
+        log_new = _log_new_weight(n + 1, jnp.sum(counts > 0), nggp, dtype)
+        return log_new, _log_old(counts, nggp.sigma, dtype)
+
+    return weights
 
 
 def _init_chain(key, rows, labels, hyper, family, cfg, to_sites, numbers, beta=None):

@@ -32,6 +32,9 @@ probability ``min(1, exp(Δ_r))``,
         = (β_r - β_{r+1}) (ℓ(s_{r+1}) - ℓ(s_r)),
 
 ``ℓ = log p(X | z)`` the untempered collapsed log-likelihood (the state's ``log_likelihood``).
+For components that are not conjugate the replicas keep them, replica ``r`` targets
+``p(h) p(z, U | h) p(θ) f(X | z, θ)^{β_r}`` (:mod:`numpyro_bnp.infer._nggp_auxiliary`) and
+``ℓ = log f(X | z, θ)``: the same exchange.
 An exchange is its own inverse and the pairs of one sweep are disjoint, so the product of the
 replicas' targets is kept and the first replica's marginal is the posterior. The ladder and the
 alternation of the pairs are those of every tempered sampler of the library
@@ -48,17 +51,20 @@ from numpyro_bnp.infer._tempering import exchange_adjacent, split_replicas, stac
 __all__ = ["swap_replicas", "tempered_init_chain", "tempered_step"]
 
 
-def tempered_init_chain(key, rows, labels, hyper, family, cfg, to_sites, numbers, betas):
-    """A chain of ``R = len(betas)`` replicas, each started as
-    :func:`~numpyro_bnp.infer._nggp_sweep._init_chain` says (its sequential pass tempered at its
-    ``β_r``; the same ``labels`` when given), one key each. ``saturated`` / ``num_saturated``:
-    any replica's first pass."""
+def tempered_init_chain(
+    key, rows, labels, hyper, family, cfg, to_sites, numbers, betas, init=_init_chain
+):
+    """A chain of ``R = len(betas)`` replicas, each started by ``init`` (the collapsed
+    sampler's :func:`~numpyro_bnp.infer._nggp_sweep._init_chain`, or that of
+    :mod:`numpyro_bnp.infer._nggp_auxiliary`: the sequential pass tempered at its ``β_r``; the
+    same ``labels`` when given), one key each. ``saturated`` / ``num_saturated``: any replica's
+    first pass."""
     dtype = family.dtype
     beta = jnp.asarray(betas, dtype)
     keys = random.split(key, len(betas))
 
     def one(k, b):
-        return _init_chain(k, rows, labels, hyper, family, cfg, to_sites, numbers, b)
+        return init(k, rows, labels, hyper, family, cfg, to_sites, numbers, b)
 
     cold, hot = split_replicas(jax.vmap(one)(keys, beta))
     saturated = jnp.any(cold.saturated) | jnp.any(hot.saturated)
@@ -101,16 +107,18 @@ def swap_replicas(key, states, betas, parity):
     return states, rate.astype(ell.dtype), swapped
 
 
-def tempered_step(state, rows, family, cfg, to_sites, numbers, betas):
-    """One MCMC iteration of a tempered chain: one sweep of every replica at its ``β_r`` (one
-    vectorized program), then :func:`swap_replicas` (even pairs after even sweeps). The
-    exchange's key comes from the first replica's stream (it moves with its state)."""
+def tempered_step(state, rows, family, cfg, to_sites, numbers, betas, step=_step):
+    """One MCMC iteration of a tempered chain: one sweep of every replica at its ``β_r`` by
+    ``step`` (one vectorized program; the collapsed sweep, or that of
+    :mod:`numpyro_bnp.infer._nggp_auxiliary`), then :func:`swap_replicas` (even pairs after
+    even sweeps). The exchange's key comes from the first replica's stream (it moves with its
+    state)."""
     beta = jnp.asarray(betas, family.dtype)
     cold = state._replace(replicas=None, swap_rate=None, swapped=None)
     stack = stack_replicas(cold, state.replicas)
 
     def one(s, b):
-        return _step(s, rows, family, cfg, to_sites, numbers, b)
+        return step(s, rows, family, cfg, to_sites, numbers, b)
 
     swept = jax.vmap(one)(stack, beta)
     key, key_swap = random.split(swept.rng_key[0])

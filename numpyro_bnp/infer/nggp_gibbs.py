@@ -19,6 +19,12 @@ The components in the sample are draws from their conjugate posteriors given the
 (clusters numbered in order of first appearance), so the sample is a valid value of the model's
 NGGP site.
 
+**Components that are not conjugate** (any prior in the clusters plate, any likelihood that reads
+each row's own cluster) are kept in the chain instead and the labels move with auxiliary
+components, Neal's Algorithm 8 (:mod:`numpyro_bnp.infer._nggp_auxiliary`; ``docs/nrm.md``,
+"Components that are not conjugate"); the kernel's ``collapsed`` attribute says which sampler the
+model got.
+
 **Capacity.** The clusters live in the model's clusters plate (``K`` slots, the
 ``max_clusters`` of the ready models; each row costs ``K`` predictives). A sweep that finds all
 slots occupied when a row could open a new cluster runs on the truncated model: its
@@ -42,7 +48,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import lax, random
 from jax.scipy.special import logsumexp
 from numpyro import handlers
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG, conditioned
@@ -51,6 +57,7 @@ from numpyro.util import identity
 
 from numpyro_bnp._checks import FixedOptions, is_concrete, model_function, nonnegative_int
 from numpyro_bnp.distributions import NGGP
+from numpyro_bnp.infer import _nggp_auxiliary as auxiliary
 from numpyro_bnp.infer import streaming
 from numpyro_bnp.infer._mcmc import (
     chains_batched,
@@ -149,8 +156,10 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         diagnostic follows; or give them as ``pairs``.
     :param pairs: ``(P, 2)`` row indices, instead of ``num_pairs`` random ones.
     :param int split_merge: merge–split moves per sweep, after the labels
-        (:mod:`numpyro_bnp.infer._nggp_sweep`, step 4; ``0``: none). Each is a pass over the
-        rows with two predictives per row (the label sweep: ``K`` per row).
+        (:mod:`numpyro_bnp.infer._nggp_sweep`, step 4; ``0``: none; ``None``, the default: 5
+        for conjugate components, 0 for others, which cannot have them: a positive value is
+        refused there). Each is a pass over the rows with two predictives per row (the label
+        sweep: ``K`` per row).
     :param str on_saturation: a pass in which every cluster slot was occupied ``"warn"`` s
         (the default) or raises (``"error"``; "Capacity" in the module docstring).
     :param int split_merge_scans: restricted Gibbs scans of the rows of each merge–split move
@@ -175,6 +184,12 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         replica's); ``swap_rate`` and ``swapped`` (``extra_fields``) report the exchanges
         (:class:`NGGPMarginalGibbsState`). Not as a block of :class:`numpyro.infer.Gibbs` (a
         ``ValueError``).
+    :param int num_auxiliary: ``M``, the auxiliary components offered to each row when the
+        components are not conjugate (Neal's Algorithm 8; default 3; ignored for conjugate
+        components).
+
+    :ivar collapsed: after :meth:`init`, True when the components are a conjugate pair and
+        integrated out, False when they are sampled with auxiliary components.
 
     **Example**
 
@@ -202,6 +217,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         "split_merge_scans",
         "on_saturation",
         "temperatures",
+        "num_auxiliary",
     )
 
     def __init__(
@@ -210,15 +226,21 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         *,
         num_pairs=8,
         pairs=None,
-        split_merge=5,
+        split_merge=None,
         split_merge_scans=0,
         on_saturation="warn",
         temperatures=None,
+        num_auxiliary=3,
     ):
         self._model = model_function(model)
         self.on_saturation = on_saturation_option(on_saturation, _ENGINE)
         self.num_pairs = nonnegative_int(num_pairs, "num_pairs")
-        self.split_merge = nonnegative_int(split_merge, "split_merge")
+        if split_merge is not None:
+            split_merge = nonnegative_int(split_merge, "split_merge")
+        self.split_merge = split_merge
+        self.num_auxiliary = nonnegative_int(num_auxiliary, "num_auxiliary")
+        if self.num_auxiliary < 1:
+            raise ValueError(f"num_auxiliary must be at least 1, got {num_auxiliary!r}")
         self.split_merge_scans = nonnegative_int(split_merge_scans, "split_merge_scans")
         if pairs is not None:
             arr = np.asarray(pairs)
@@ -227,6 +249,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             pairs = tuple(map(tuple, arr.tolist()))
         self.pairs = pairs
         self.temperatures = temperatures_option(temperatures)
+        self.collapsed = None
         self.spec = None
         self._cfg = None
         self._betas = None
@@ -250,10 +273,22 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
 
     # ------------------------------------------------------------------ reading the model
     def _read(self, model_args, model_kwargs):
-        spec = read_mixture_model(self._model, model_args, model_kwargs, _ENGINE, hyper=True)
-        dtype = jnp.result_type(float)
+        spec = read_mixture_model(
+            self._model, model_args, model_kwargs, _ENGINE, hyper=True, conjugate=False
+        )
+        self._dtype = dtype = jnp.result_type(float)
+        self.collapsed = spec.family is not None
         family = jax.tree.map(lambda a: jnp.asarray(a, dtype), spec.family)
         self.spec, self._family = spec, family
+        split_merge = self.split_merge
+        if split_merge is None:
+            split_merge = 5 if self.collapsed else 0
+        elif split_merge and not self.collapsed:
+            raise ValueError(
+                f"{_ENGINE}: merge–split moves (split_merge={split_merge}) need components "
+                "conjugate to the likelihood; this model's are not (they are sampled with "
+                "auxiliary components, num_auxiliary): build the kernel with split_merge=0"
+            )
         self._gibbs = bool(spec.given)
         x = self._observed(model_args, model_kwargs)
         width = spec.dim if spec.obs_kind == "documents" else 0
@@ -274,7 +309,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             doc_width=width,
             hyper_sites=spec.hyper_sites,
             conjugate_mass=spec.conjugate_mass,
-            split_merge=self.split_merge if spec.num_rows >= 2 else 0,
+            split_merge=split_merge if spec.num_rows >= 2 else 0,
             split_merge_scans=self.split_merge_scans,
         )
         cells = spec.num_rows * spec.dim if x is not None else 1
@@ -287,15 +322,39 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             self.spec.numbers, model_args=model_args, model_kwargs=model_kwargs
         )
 
-    def _family_at(self, numbers):
-        """The family of the model as ``numbers`` reads it, in the kernel's dtype."""
-        dtype = self._family.dtype
-        return jax.tree.map(lambda a: jnp.asarray(a, dtype), numbers({}).family)
+    def _family_at(self, numbers, model_args, model_kwargs):
+        """The family of the model as ``numbers`` reads it, in the kernel's dtype; for
+        components that are not conjugate, the
+        :class:`~numpyro_bnp.infer._nggp_auxiliary.Components` of the model at the run's
+        arguments."""
+        dtype = self._dtype
+        if self.collapsed:
+            return jax.tree.map(lambda a: jnp.asarray(a, dtype), numbers({}).family)
+        spec = self.spec
+        at = dict(model_args=model_args, model_kwargs=model_kwargs)
+        supports = tuple(spec.component_supports[name] for name in spec.component_sites)
+        return auxiliary.Components(
+            dtype=dtype,
+            sites=spec.component_sites,
+            supports=supports,
+            terms=functools.partial(spec.component_terms, **at),
+            draw=functools.partial(spec.draw_components, **at),
+            num_auxiliary=self.num_auxiliary,
+        )
+
+    def _steps(self):
+        """``(init, step, refresh)`` of the sweep: collapsed, or with auxiliary components."""
+        if self.collapsed:
+            return _init_chain, _step, _refresh
+        return auxiliary.init_chain, auxiliary.step, auxiliary.refresh
 
     def _observed(self, model_args, model_kwargs):
         """The observed value ``(N, D)`` as the model gives it (traceable), None without data."""
         spec, family = self.spec, self._family
-        stand_in = dict(spec.component_values(family.mean(family.init_clusters(spec.max_clusters))))
+        if family is None:
+            stand_in = {name: spec.held[name] for name in spec.component_sites}
+        else:
+            stand_in = spec.component_values(family.mean(family.init_clusters(spec.max_clusters)))
         stand_in[spec.partition_site] = jnp.zeros(spec.num_rows, jnp.int32)
         model = handlers.substitute(self._model, data=stand_in)
         site = trace_model(model, model_args, model_kwargs, _ENGINE)[spec.obs_site]
@@ -306,7 +365,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         x = self._observed(model_args, model_kwargs)
         if x is None:
             return None
-        x = jnp.asarray(x, self._family.dtype)
+        x = jnp.asarray(x, self._dtype)
         if self.spec.obs_kind != "documents":
             return x
         width = self._cfg.doc_width
@@ -343,10 +402,11 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         labels, hyper = self._init_values(init_params, len(rng_key) if self._batched else None)
         rows = self._rows(model_args, model_kwargs)
         numbers = self._numbers(model_args, model_kwargs)
-        family = self._family_at(numbers)
+        family = self._family_at(numbers, model_args, model_kwargs)
+        init_chain = self._steps()[0]
         if self._betas is None:
             init = functools.partial(
-                _init_chain, family=family, cfg=cfg, to_sites=self._to_sites, numbers=numbers
+                init_chain, family=family, cfg=cfg, to_sites=self._to_sites, numbers=numbers
             )
         else:  # tempered replicas (module _nggp_tempering)
             init = functools.partial(
@@ -356,6 +416,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
                 to_sites=self._to_sites,
                 numbers=numbers,
                 betas=self._betas,
+                init=init_chain,
             )
         axes = (0, None, None if labels is None else 0, 0)
         # one compiled program: run eagerly, the first state costs a compilation per operation
@@ -403,7 +464,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
                     raise ValueError(
                         f"init_params[{name!r}] must be finite of shape {batch}, got {value!r}"
                     )
-                hyper[name] = jnp.asarray(value, self._family.dtype)
+                hyper[name] = jnp.asarray(value, self._dtype)
         if self._gibbs or site not in init_params:
             return None, hyper
         labels = np.asarray(init_params[site])
@@ -425,7 +486,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         supports (a standard normal draw of NumPy's seed 0 on the unconstrained line), one
         per chain."""
         batch = () if num_chains is None else (num_chains,)
-        dtype = self._family.dtype
+        dtype = self._dtype
         return {
             name: jnp.broadcast_to(jnp.asarray(self.spec.held[name], dtype), batch)
             for name in self._cfg.hyper_sites
@@ -437,14 +498,15 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         rows = self._rows(model_args, model_kwargs)
         numbers = self._numbers(model_args, model_kwargs)
         tempered = self._betas is not None
+        _, one_step, _ = self._steps()
         step = functools.partial(
-            tempered_step if tempered else _step,
+            tempered_step if tempered else one_step,
             rows=rows,
-            family=self._family_at(numbers),
+            family=self._family_at(numbers, model_args, model_kwargs),
             cfg=self._cfg,
             to_sites=self._to_sites,
             numbers=numbers,
-            **({"betas": self._betas} if tempered else {}),
+            **({"betas": self._betas, "step": one_step} if tempered else {}),
         )
         state = over_chains(step, self._batched)(state)
         self._report_saturation(state)
@@ -459,7 +521,11 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         numbers = self._numbers(model_args, model_kwargs)
         rows = self._rows(model_args, model_kwargs)
         refresh = functools.partial(
-            _refresh, rows=rows, family=self._family_at(numbers), cfg=self._cfg, numbers=numbers
+            self._steps()[2],
+            rows=rows,
+            family=self._family_at(numbers, model_args, model_kwargs),
+            cfg=self._cfg,
+            numbers=numbers,
         )
         return over_chains(refresh, self._batched)(state)
 
@@ -520,7 +586,7 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
             kernel = self.wrap_model(conditioned)
             model_kwargs = {**model_kwargs, GIBBS_SITES_KWARG: {n: v[0] for n, v in given.items()}}
         kernel._read(model_args, model_kwargs)
-        cfg, spec, family = kernel._cfg, kernel.spec, kernel._family
+        cfg, spec, dtype = kernel._cfg, kernel.spec, kernel._dtype
         if labels.shape[-1] != cfg.num_rows:
             raise ValueError(
                 f"the labels in samples must have {cfg.num_rows} columns (the model's rows), "
@@ -535,21 +601,54 @@ class NGGPMarginalGibbs(FixedOptions, MCMCKernel):
         if rows is None:
             raise ValueError(f"{_ENGINE}.log_predictive needs the training data in the model")
         if spec.obs_kind == "documents":
-            new = check_documents(new_rows, vocab=spec.dim, dtype=family.dtype, name="new_rows")
+            new = check_documents(new_rows, vocab=spec.dim, dtype=dtype, name="new_rows")
         else:
-            new = streaming.check_batch(new_rows, dim=spec.dim, dtype=family.dtype, name="new_rows")
+            new = streaming.check_batch(new_rows, dim=spec.dim, dtype=dtype, name="new_rows")
             spec.check_observed(new, "new_rows")
 
         def numbers(values):
             kwargs = {**model_kwargs, GIBBS_SITES_KWARG: values} if values else model_kwargs
             return spec.numbers({}, model_args, kwargs)
 
-        draws_fn = functools.partial(
-            _log_predictive_draws, dtype=family.dtype, cfg=cfg, numbers=numbers
-        )
         new = jax.tree.map(jnp.asarray, new)
-        scores = jax.jit(draws_fn)(labels, given, rows, new)
+        if kernel.collapsed:
+            draws_fn = functools.partial(
+                _log_predictive_draws, dtype=dtype, cfg=cfg, numbers=numbers
+            )
+            scores = jax.jit(draws_fn)(labels, given, rows, new)
+        else:
+            theta = kernel._sample_components(samples, labels.shape[0])
+            comp = kernel._family_at(numbers, model_args, model_kwargs)
+            draws_fn = functools.partial(
+                auxiliary.log_predictive_draws, comp=comp, cfg=cfg, numbers=numbers
+            )
+            scores = jax.jit(draws_fn)(labels, theta, given, new, key=random.PRNGKey(0))
         return np.asarray(logsumexp(scores, axis=0) - np.log(labels.shape[0]))
+
+    def _sample_components(self, samples, num_draws):
+        """``{component site: (S, K, ...)}`` of ``samples`` (components that are not conjugate
+        are part of the chain: the predictive needs them)."""
+        spec = self.spec
+        missing = [
+            n for n in spec.component_sites if not isinstance(samples, dict) or n not in samples
+        ]
+        if missing:
+            raise ValueError(
+                f"samples must be the run's samples with the component sites {missing} "
+                "(mcmc.get_samples()): this model's components are not conjugate, so the "
+                "predictive reads them"
+            )
+        theta = {}
+        for name in spec.component_sites:
+            value = jnp.asarray(samples[name], self._dtype)
+            shape = np.shape(spec.held[name])
+            if value.size != num_draws * int(np.prod(shape)):
+                raise ValueError(
+                    f"samples[{name!r}] must hold one value of shape {shape} per draw "
+                    f"({num_draws}), got shape {tuple(value.shape)}"
+                )
+            theta[name] = value.reshape(num_draws, *shape)
+        return theta
 
     def _sample_sites(self, samples, model_args, model_kwargs):
         """``(the NGGP site's name, the model's latent scalar sites in samples)``, from one
