@@ -7,7 +7,9 @@ computed by quadrature on a fine grid, and the posterior over all 52 partitions 
 (the EPPF times those marginals). The chain's partition frequencies, and the components of row
 0's cluster (``E[μ]``, ``E[log s]``, by the same quadrature), must match within 4 Monte-Carlo
 standard errors (ArviZ ESS, ``mc_checks.check_mean``). A tempered replica is checked against its
-enumerated tempered target in the same run, and a chain without data against the prior.
+enumerated tempered target in the same run, a chain without data against the prior, and a block
+of ``numpyro.infer.Gibbs`` beside NUTS on a shared prior mean against the enumerated posterior
+over the partitions and a grid of that mean.
 """
 
 import functools
@@ -20,9 +22,9 @@ import numpyro.distributions as dist
 import pytest
 from jax import random
 from mc_checks import check_mean, check_partition_events
-from numpyro.infer import MCMC
+from numpyro.infer import MCMC, NUTS, Gibbs
 from scipy.special import logsumexp
-from scipy.stats import lognorm, norm
+from scipy.stats import laplace, lognorm, norm
 from test_nggp_gibbs import X1, partitions
 
 from numpyro_bnp import models
@@ -215,3 +217,49 @@ def test_conjugate_models_stay_collapsed_and_bad_settings_are_refused():
 
     with pytest.raises(ValueError, match="renumbered"):
         NGGPMarginalGibbs(first_component).init(random.PRNGKey(0), 0, None, (jnp.asarray(X1),), {})
+
+
+def test_a_gibbs_block_with_nuts_on_a_shared_location_matches_the_enumerated_posterior():
+    """As a block of ``numpyro.infer.Gibbs`` beside NUTS on the components' shared prior mean
+    ``m ~ N(0, 1)``: locations ``μ_k ~ Laplace(m, 1)`` (not conjugate to the known-noise
+    Normal rows), so each cluster's marginal likelihood given ``m`` is a quadrature over ``μ``,
+    and the posterior of ``(m, partition)`` an enumeration over the 52 partitions and a grid
+    of ``m``: P(K = k), every pair of rows together and ``E[m]`` within 4 s.e."""
+    noise = 0.7
+
+    def shared_mean(obs=None):
+        m = numpyro.sample("m", dist.Normal(0.0, 1.0))
+        z = numpyro.sample("z", NGGP(**NGGP_PARAMS, num_points=5))
+        with numpyro.plate("clusters", 8):
+            mu = numpyro.sample("mu", dist.Laplace(m, 1.0).expand([1]).to_event(1))
+        numpyro.sample("obs", dist.Normal(mu[z], noise).to_event(1), obs=obs)
+
+    blocks = [
+        (NGGPMarginalGibbs(shared_mean, pairs=PAIRS), ["z", "mu"]),
+        (NUTS(shared_mean), ["m"]),
+    ]
+    mcmc = MCMC(
+        Gibbs(blocks), num_warmup=100, num_samples=1000, num_chains=2,
+        chain_method="sequential", progress_bar=False,
+    )  # fmt: skip
+    mcmc.run(random.PRNGKey(2), obs=jnp.asarray(X1))
+    samples = mcmc.get_samples(group_by_chain=True)
+    labels = np.asarray(samples["z"])
+    # the exact posterior on a grid of m: p(m) EPPF(z) Π_c ∫ Laplace(μ | m, 1) Π N(x_i | μ, s) dμ
+    m_grid = np.linspace(-5.0, 5.0, 201)
+    mu_grid = np.linspace(-9.0, 9.0, 901)
+    log_prior_mu = laplace.logpdf(mu_grid[None, :], m_grid[:, None]) + np.log(
+        mu_grid[1] - mu_grid[0]
+    )
+    parts = partitions(5)
+    log_eppf = np.asarray(NGGP(**NGGP_PARAMS, num_points=5).log_prob(jnp.asarray(parts)))
+    log_post = np.zeros((len(parts), len(m_grid))) + norm.logpdf(m_grid) + log_eppf[:, None]
+    for p, part in enumerate(parts):
+        for k in range(part.max() + 1):
+            lik = norm.logpdf(X1[part == k, 0][:, None], mu_grid, noise).sum(0)
+            log_post[p] += logsumexp(log_prior_mu + lik, axis=1)
+    post = np.exp(log_post - logsumexp(log_post))
+    probs = post.sum(1)
+    together = np.stack([labels[..., i] == labels[..., j] for i, j in PAIRS], axis=-1)
+    check_partition_events(labels.max(-1) + 1, together, probs, parts)
+    check_mean(np.asarray(samples["m"]), (post.sum(0) * m_grid).sum())
