@@ -189,6 +189,8 @@ def test_log_predictive_is_the_mixture_given_each_draw(tempered_run):
     dens = norm.pdf(new, mu, scale)  # (M, draws)
     relative_se = dens.std(1) / dens.mean(1) / np.sqrt(PREDICTIVE_DRAWS)
     assert np.all(np.abs(ours - exact) < 4 * relative_se), (ours - exact, relative_se)
+    with pytest.raises(ValueError, match="component sites"):  # the labels alone are not enough
+        kernel.log_predictive(samples["z"], new, obs=jnp.asarray(X1))
 
 
 def test_conjugate_models_stay_collapsed_and_bad_settings_are_refused():

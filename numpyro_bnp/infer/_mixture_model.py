@@ -16,8 +16,10 @@ A mixture model needs
   without a plate over the rows.
 
 The components and the likelihood must be one of the conjugate pairs of
-:mod:`numpyro_bnp.families` (``docs/families.md``); the reader builds the family of ONE cluster's
-prior with the family's ``from_prior``:
+:mod:`numpyro_bnp.families` (``docs/families.md``), unless the engine reads with
+``conjugate=False`` (the marginal Gibbs sampler, which samples other components with auxiliary
+ones: :func:`_any_components` checks them); the reader builds the family of ONE cluster's prior
+with the family's ``from_prior``:
 
 * ``theta ~ Dirichlet(λ)``, observations ``Multinomial(n_i, theta[z])`` (word-count documents
   of any lengths ``n_i``): :class:`~numpyro_bnp.families.DirichletMultinomial`;
@@ -571,7 +573,8 @@ def _any_components(read, partition, latent, obs, trace, spread):
     continuous support with a bijection to the real line (the kernel moves them there), and
     the observed site's log density has one term per row that reads the row's own cluster
     only: at labels that move the odd rows to the next cluster, the even rows' terms are
-    unchanged and some odd row's changes."""
+    unchanged and some odd row's changes; renumbering the clusters together with their
+    components changes no term."""
     names = tuple(s["name"] for s in latent)
     for s in latent:
         support = s["fn"].support
@@ -598,7 +601,7 @@ def _any_components(read, partition, latent, obs, trace, spread):
     base = spread((num_rows,))
     moved = np.where(np.arange(num_rows) % 2 == 1, (base + 1) % num_clusters, base)
     again = trace(lambda shape: np.broadcast_to(moved, shape).astype(np.int32))
-    at_base = lp.reshape(num_rows, -1).sum(-1)
+    at_base = np.asarray(_row_log_density(obs["fn"], obs["value"], num_rows))
     fn = next(s["fn"] for s in again.sites if s["name"] == obs["name"])
     at_moved = np.asarray(_row_log_density(fn, obs["value"], num_rows))
     even, odd = slice(0, None, 2), slice(1, None, 2)
