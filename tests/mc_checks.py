@@ -47,3 +47,10 @@ def check_partition_events(num_clusters, together, probs, parts):
         else:  # too rare (or too sure) for an ESS-based error: a plain bound
             assert abs(draws.mean() - exact) < 0.01, (draws.mean(), exact)
     assert checked >= 8
+
+
+def check_labels_against_enumeration(labels, probs, parts):
+    """:func:`check_partition_events` of sampled canonical labels ``(chain, draw, R)``."""
+    pairs = itertools.combinations(range(parts.shape[1]), 2)
+    together = np.stack([labels[..., i] == labels[..., j] for i, j in pairs], axis=-1)
+    check_partition_events(labels.max(-1) + 1, together, probs, parts)
