@@ -14,7 +14,7 @@ dimensions: ``row`` (the ``N`` rows of the data), ``dim`` (its ``D`` columns) an
 ``K`` atoms or slots). The rows are not called ``obs``: xarray turns a variable named like a
 dimension into that dimension's coordinate, and the ready models' observed site is ``obs``.
 
-Every trace of the user's model goes through :func:`~numpyro_bnp.infer._model.trace_model`: an
+Every trace of the user's model goes through :func:`~numpyro_bnp.infer.core.model.trace_model`: an
 error inside the model surfaces as itself, with a note naming this module and the last site the
 model finished.
 """
@@ -33,8 +33,9 @@ from numpyro_bnp import arviz_compat
 from numpyro_bnp._checks import nonnegative_int, positive_int, prng_key
 from numpyro_bnp._math import count_parity
 from numpyro_bnp.distributions import RecursiveIBP
-from numpyro_bnp.infer._model import row_log_density, trace_model, unwrap
-from numpyro_bnp.infer.streaming import StreamingResult
+from numpyro_bnp.infer.core.model import trace_model, unwrap
+from numpyro_bnp.infer.core.streaming import StreamingResult
+from numpyro_bnp.infer.features.feature_model import row_log_density
 
 __all__ = [
     "count_parity",
@@ -52,7 +53,7 @@ _ENGINE = "numpyro_bnp.diagnostics"
 def _trace(model, model_args, model_kwargs, values=None):
     """The sample sites of one trace of ``model``, its latent sites substituted by ``values`` (one
     draw) where given and drawn with seed 0 otherwise; an error inside the model is re-raised as
-    itself with a note (:func:`~numpyro_bnp.infer._model.trace_model`)."""
+    itself with a note (:func:`~numpyro_bnp.infer.core.model.trace_model`)."""
     if values is not None:
         model = handlers.substitute(model, data=values)
     with jax.ensure_compile_time_eval():
@@ -265,7 +266,8 @@ def log_predictive(
     ``p_k`` from ``probs`` (``(C, S, K)``, default :func:`new_row_probs`; ``z^*_k = 0`` where
     ``p_k = 0``), ``p(x^* \mid z^*, \text{draw})`` the model's own observed site with the draw's
     latent sites substituted, its allocation set to the one row ``z^*``
-    (:func:`~numpyro_bnp.infer._model.row_log_density`). This does not depend on the feature
+    (:func:`~numpyro_bnp.infer.features.feature_model.row_log_density`). This does not depend on
+    the feature
     labels: a quantity for convergence diagnostics, and ``log`` of the mean of its exponential
     over the draws estimates the posterior predictive ``log p(x^* | data)``.
 

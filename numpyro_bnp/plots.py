@@ -109,7 +109,7 @@ def plot_feature_count(time, num_features, *, truth=None, expected=None, ax=None
 def plot_learning_curve(curve, *, references=None, ax=None, label="this engine"):
     """Held-out score per row against the number of observations of a stream.
 
-    :param curve: a :class:`~numpyro_bnp.infer.streaming.LearningCurve` (``time``, ``mean``,
+    :param curve: a :class:`~numpyro_bnp.infer.core.streaming.LearningCurve` (``time``, ``mean``,
         ``se``), drawn with ±2 standard errors.
     :param references: optional ``{label: value}``, a score per row to compare with (an
         oracle, a baseline): a float (a horizontal line) or a ``(T,)`` array over ``time``.

@@ -1,5 +1,5 @@
 """Reading the saturation warnings of the MCMC kernels
-(:func:`numpyro_bnp.infer._mcmc.report_saturation`) in tests: what they report, and what they
+(:func:`numpyro_bnp.infer.core.mcmc.report_saturation`) in tests: what they report, and what they
 should report given the ``saturated`` field."""
 
 import re

@@ -1,7 +1,8 @@
 """Collapsed moves of CRMSlice (column moves: births at any dimension; row moves with every
 trait integrated out): exactness.
 
-The moves (``numpyro_bnp.infer._crm_births``, ``numpyro_bnp.infer._crm_rows``) are first driven
+The moves (``numpyro_bnp.infer.features.crm.births``, ``numpyro_bnp.infer.features.crm.rows``) are
+first driven
 by small standalone loops: on a model with a few fixed atoms the slice variables and the moves
 alone must reproduce the posterior computed by enumerating every count matrix (the traits
 integrated out in closed form); on the untruncated prior-only model (atoms revealed from the
@@ -25,9 +26,9 @@ from numpyro.infer import MCMC
 
 from numpyro_bnp.distributions import BetaProcess, GammaProcess
 from numpyro_bnp.infer import CRMSlice
-from numpyro_bnp.infer._crm_atoms import AtomSeries
-from numpyro_bnp.infer._crm_births import collapsed_columns
-from numpyro_bnp.infer._crm_rows import collapsed_rows
+from numpyro_bnp.infer.features.crm.atoms import AtomSeries
+from numpyro_bnp.infer.features.crm.births import collapsed_columns
+from numpyro_bnp.infer.features.crm.rows import collapsed_rows
 from numpyro_bnp.models import beta_bernoulli_linear_gaussian, linear_gaussian
 
 XI = 1.0  # Δ_ξ: ξ(k) = e^{-k}

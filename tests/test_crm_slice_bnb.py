@@ -20,8 +20,8 @@ from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
 from numpyro_bnp.diagnostics import count_parity
 from numpyro_bnp.distributions import BetaProcess, GammaProcess
 from numpyro_bnp.infer import CRMTopicSlice
-from numpyro_bnp.infer._crm_topics import document_tokens, token_counts
-from numpyro_bnp.infer.crm_topic_slice import _sweep
+from numpyro_bnp.infer.features.crm.topic_slice import _sweep
+from numpyro_bnp.infer.features.crm.topics import document_tokens, token_counts
 from numpyro_bnp.models import bnb_combinatorial_clustering
 
 # tiny model: 3 documents of prior length 1.5, λ = 3 (Bondesson marks V ~ Beta(1, 2) move), V = 4

@@ -1,6 +1,7 @@
 """CRMSlice with the CRM mass learned (alpha ~ Gamma(a, b)): the exact conditional of the mass.
 
-The derivation (``numpyro_bnp.infer._crm_atoms.mass_conditional``): every series scales with the
+The derivation (``numpyro_bnp.infer.features.crm.atoms.mass_conditional``): every series scales
+with the
 mass, ``τ_α(V, Γ) = τ_1(V, Γ/α)`` and ``Λ_α = α Λ_1``; holding the atoms (``T = Γ/α``) fixed,
 ``p(α | ·) ∝ p(α) α^K e^{-α S}`` with ``S = T_K + Λ_1(T_K)``. Checked here numerically: the
 scaling identities of the atom series, the conditional against the α-dependence of the kernel's
@@ -23,8 +24,8 @@ from numpyro.infer import MCMC
 
 from numpyro_bnp.distributions import BetaProcess, GammaProcess
 from numpyro_bnp.infer import CRMSlice
-from numpyro_bnp.infer import _crm_target as target
-from numpyro_bnp.infer._crm_atoms import AtomSeries, mass_conditional
+from numpyro_bnp.infer.features.crm import target
+from numpyro_bnp.infer.features.crm.atoms import AtomSeries, mass_conditional
 from numpyro_bnp.models import beta_bernoulli_linear_gaussian, linear_gaussian
 
 ROWS = 6

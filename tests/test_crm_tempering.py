@@ -32,7 +32,7 @@ from mc_checks import check_mean
 from numpyro.infer import MCMC, NUTS, Gibbs
 
 from numpyro_bnp.infer import CRMSlice
-from numpyro_bnp.infer._crm_tempering import replica_numbers, swap_replicas
+from numpyro_bnp.infer.features.crm.tempering import replica_numbers, swap_replicas
 from numpyro_bnp.models import beta_bernoulli_linear_gaussian
 
 MASS, SIGMA_O, SIGMA_A = 1.0, 0.4, 1.0

@@ -19,7 +19,10 @@ MODULES = sorted(
 
 
 def test_the_examples_are_found():
-    assert "numpyro_bnp.infer.ribp" in MODULES and "numpyro_bnp.distributions.ibp" in MODULES
+    assert (
+        "numpyro_bnp.infer.features.ribp.filter" in MODULES
+        and "numpyro_bnp.distributions.ibp" in MODULES
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)

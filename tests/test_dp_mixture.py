@@ -20,7 +20,7 @@ from scipy.special import gammaln
 from numpyro_bnp import models
 from numpyro_bnp._math import stick_breaking_weights
 from numpyro_bnp.infer import ADFNRM, EPNRM
-from numpyro_bnp.infer._mixture_model import read_mixture_model
+from numpyro_bnp.infer.mixtures.model import read_mixture_model
 
 N, D, T = 6, 3, 4
 ALPHA = 1.5

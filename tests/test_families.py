@@ -314,7 +314,7 @@ def test_split_documents_equal_numpyros_dirichlet_multinomial():
     """Split documents (small counts by the log-free product form, counts above SMALL_COUNT
     by log-gamma) against NumPyro's DirichletMultinomial at a posterior with concentrations
     from 1e-3 to 1e4, and updates equal to those of the unsplit documents."""
-    from numpyro_bnp.infer._nrm_rows import check_documents
+    from numpyro_bnp.infer.mixtures.documents import check_documents
 
     vocab = 12
     conc = np.geomspace(1e-3, 1e4, vocab)

@@ -17,8 +17,8 @@ from scipy import stats
 
 from numpyro_bnp import families, models
 from numpyro_bnp.distributions import NGGP
-from numpyro_bnp.infer._mixture_model import read_mixture_model
-from numpyro_bnp.infer._model import unwrap
+from numpyro_bnp.infer.core.model import unwrap
+from numpyro_bnp.infer.mixtures.model import read_mixture_model
 
 N, D, V, K = 10, 3, 5, 4
 NGGP_ARGS = dict(mass=2.0, sigma=0.3, tau=1.5)

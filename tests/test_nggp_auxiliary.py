@@ -31,7 +31,7 @@ from numpyro_bnp import models
 from numpyro_bnp._math import nggp_log_v
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import NGGPMarginalGibbs
-from numpyro_bnp.infer._nggp_auxiliary import PREDICTIVE_DRAWS
+from numpyro_bnp.infer.mixtures.nggp_gibbs.auxiliary import PREDICTIVE_DRAWS
 
 NGGP_PARAMS = dict(mass=1.0, sigma=0.5, tau=1.0)
 SIGMA_MU, LOG_S_SCALE = 2.0, 0.5

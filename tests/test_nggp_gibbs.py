@@ -28,8 +28,8 @@ from numpyro_bnp import diagnostics, models
 from numpyro_bnp.arviz_compat import arviz, group
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import NGGPMarginalGibbs
-from numpyro_bnp.infer._mcmc import SaturationError
-from numpyro_bnp.infer._nggp_sweep import _step
+from numpyro_bnp.infer.core.mcmc import SaturationError
+from numpyro_bnp.infer.mixtures.nggp_gibbs.sweep import _step
 
 X1 = np.array([[-2.1], [-1.8], [0.2], [2.0], [2.3]])
 NORMAL = dict(num_obs=5, dim=1, mass=1.0, sigma=0.5, tau=1.0, sigma_mu=2.0, sigma_o=0.7)

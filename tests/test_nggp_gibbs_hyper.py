@@ -33,8 +33,8 @@ from numpyro_bnp import models
 from numpyro_bnp.arviz_compat import arviz, from_numpyro, group
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.infer import NGGPMarginalGibbs
-from numpyro_bnp.infer._mixture_model import MixtureNumbers
-from numpyro_bnp.infer._nggp_sweep import _Config, _log_joint_u
+from numpyro_bnp.infer.mixtures.model import MixtureNumbers
+from numpyro_bnp.infer.mixtures.nggp_gibbs.sweep import _Config, _log_joint_u
 
 MASS = (2.0, 2.0)  # Gamma(shape, rate) prior of the mass: mean 1
 SIGMA = (2.0, 3.0)  # Beta prior of σ: mean 0.4

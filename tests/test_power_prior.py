@@ -21,8 +21,11 @@ from scipy import integrate, stats
 from sklearn.metrics import adjusted_rand_score
 
 from numpyro_bnp.infer import BadBatchError, PowerPriorState, PowerPriorSVB
-from numpyro_bnp.infer import _collapsed_vi as cvi
-from numpyro_bnp.infer.power_prior import truncated_exponential_kl, truncated_exponential_mean
+from numpyro_bnp.infer.mixtures import collapsed_vi as cvi
+from numpyro_bnp.infer.mixtures.power_prior import (
+    truncated_exponential_kl,
+    truncated_exponential_mean,
+)
 from numpyro_bnp.models import dp_mixture
 
 CENTRES = np.array([[-5.0, 0.0], [5.0, 0.0], [0.0, 6.0]])

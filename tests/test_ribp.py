@@ -19,7 +19,7 @@ from scipy.stats import poisson
 
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
-from numpyro_bnp.infer._ribp_update import retire_holes
+from numpyro_bnp.infer.features.ribp.update import retire_holes
 from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 

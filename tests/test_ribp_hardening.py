@@ -15,7 +15,8 @@ from scipy.stats import poisson
 
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
-from numpyro_bnp.infer._model import model_cache_key, read_feature_model
+from numpyro_bnp.infer.core.model import model_cache_key
+from numpyro_bnp.infer.features.feature_model import read_feature_model
 from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 

@@ -15,8 +15,9 @@ from scipy import stats
 from scipy.integrate import quad
 
 from numpyro_bnp.distributions import RecursiveIBP
-from numpyro_bnp.infer import RIBPFilter, _ribp_hyper, _ribp_memoized, streaming
-from numpyro_bnp.infer._ribp_memoized import RIBPMemoState
+from numpyro_bnp.infer import RIBPFilter, streaming
+from numpyro_bnp.infer.features.ribp import hyper, memoized
+from numpyro_bnp.infer.features.ribp.memoized import RIBPMemoState
 from numpyro_bnp.models import binary_features, factor_analysis, linear_gaussian
 
 SMALL = dict(buffer_size=32, refresh_every=8)
@@ -226,9 +227,9 @@ def test_the_hyper_parameters_m_step_is_the_closed_form_map(data, tmp_path):
     coef, moment, mean, var = state.buffer_coef, state.buffer_moment, state.mean, state.var
     resid = data[:64] - coef @ mean
     by_row = np.sum(resid**2, axis=0) + np.sum(moment @ (mean**2 + var) - (coef**2) @ mean**2, 0)
-    np.testing.assert_allclose(_ribp_hyper.expected_residual(state), by_row, rtol=1e-9)
+    np.testing.assert_allclose(hyper.expected_residual(state), by_row, rtol=1e-9)
 
-    learned = _ribp_hyper.learn_hyper(const, state, True).hyper
+    learned = hyper.learn_hyper(const, state, True).hyper
     n, dim = 64, 6
     noise_var = (by_row.sum() / 2 + 0.2) / (n * dim / 2 + 3.0 + 1.0)
     alpha = (float(np.sum(state.existence)) + 2.0 - 1.0) / (np.sum(1.0 / np.arange(1, n + 1)) + 1.0)
@@ -313,7 +314,7 @@ def test_features_solve_the_posterior_of_every_column(filt, per_column):
             feature_var=jnp.asarray(rng.random(6) + 0.5),
         )
     lam, loc, var0 = map(np.asarray, (const.noise_prec, const.feature_loc, const.feature_var))
-    mean, var = _ribp_memoized.solve_features(const, jnp.asarray(gram), jnp.asarray(cross))
+    mean, var = memoized.solve_features(const, jnp.asarray(gram), jnp.asarray(cross))
     for d in range(6):
         precision = lam[d] * gram + np.eye(12) / var0[d]
         expected = np.linalg.solve(precision, lam[d] * cross[:, d] + loc[d] / var0[d])
@@ -322,7 +323,7 @@ def test_features_solve_the_posterior_of_every_column(filt, per_column):
 
     s, u = np.linalg.eigh(gram)
     indefinite = gram - 2 * (s[0] + 10.0) * np.outer(u[:, 0], u[:, 0])  # an eigenvalue < -10
-    mean, var = _ribp_memoized.solve_features(const, jnp.asarray(indefinite), jnp.asarray(cross))
+    mean, var = memoized.solve_features(const, jnp.asarray(indefinite), jnp.asarray(cross))
     s[0] = 0.0  # clipped
     for d in range(6):
         precision = u @ np.diag(lam[d] * s + 1 / var0[d]) @ u.T
@@ -389,7 +390,7 @@ def test_bernoulli_statistics_m_step_and_birth_are_exact(tmp_path):
     state, const = run.state, filt.constants
     assert int(np.sum(state.born)) >= 2
     valid = np.arange(64) < 60
-    gram_rows, cross_rows = _ribp_memoized.statistics(
+    gram_rows, cross_rows = memoized.statistics(
         state.buffer_coef[valid],
         state.buffer_moment[valid],
         images,
@@ -402,7 +403,7 @@ def test_bernoulli_statistics_m_step_and_birth_are_exact(tmp_path):
     size = state.mean.shape[0]
     linked = np.sum(np.asarray(state.gram[:, size, :size]) * np.asarray(state.mean).T, axis=1)
     expected = (state.cross[size] - linked - 1.0 / 4.0) / (state.gram[:, size, size] + 1.0 / 4.0)
-    learned = _ribp_hyper.learn_hyper(const, state, True).hyper
+    learned = hyper.learn_hyper(const, state, True).hyper
     np.testing.assert_allclose(learned, expected, rtol=1e-8)
 
     run.save(tmp_path / "state.npz")
@@ -415,7 +416,7 @@ def test_bernoulli_statistics_m_step_and_birth_are_exact(tmp_path):
     logits, rows = rng.normal(size=(64, 3)), (rng.random(64) < 0.3).astype(float)
     obs = (rng.random((64, 3)) < 0.5).astype(float)
     three = const._replace(feature_loc=const.feature_loc[:3], feature_var=const.feature_var[:3])
-    log_bf, mode, variance = _ribp_memoized.bernoulli_birth(three, obs, logits, rows)
+    log_bf, mode, variance = memoized.bernoulli_birth(three, obs, logits, rows)
     by_quadrature = []
     for o, psi, at in zip(obs.T, logits.T, np.asarray(mode), strict=True):
 

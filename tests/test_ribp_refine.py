@@ -10,7 +10,7 @@ from jax import random
 
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter
-from numpyro_bnp.infer._ribp_refine import _feature_sweep
+from numpyro_bnp.infer.features.ribp.refine import _feature_sweep
 from numpyro_bnp.models import factor_analysis, linear_gaussian
 
 ALPHA, DIM, SIGMA_A, SIGMA_O = 3.0, 10, 1.0, 0.3

@@ -35,8 +35,8 @@ from numpyro_bnp._math import nggp_sample_log_u
 from numpyro_bnp.distributions import NGGP
 from numpyro_bnp.families import SparseCounts
 from numpyro_bnp.infer import NGGPMarginalGibbs
-from numpyro_bnp.infer._mixture_model import read_mixture_model
-from numpyro_bnp.infer._split_merge import row_sketch, split_merge
+from numpyro_bnp.infer.mixtures.model import read_mixture_model
+from numpyro_bnp.infer.mixtures.nggp_gibbs.split_merge import row_sketch, split_merge
 
 CAPACITY = 5
 
@@ -140,7 +140,7 @@ def test_scans_from_exact_draws_of_the_prior_given_u_keep_its_law():
     log_p = np.sum(
         np.where(sizes > 0, new + gammaln(np.maximum(sizes, 1) - sigma) - gammaln(1 - sigma), 0),
         1,
-    )  # the product over clusters of _split_merge's module docstring
+    )  # the product over clusters of split_merge's module docstring
     probs = np.exp(log_p - logsumexp(log_p))
     start = parts[np.random.default_rng(0).choice(len(parts), num, p=probs)]
 

@@ -30,7 +30,7 @@ def run(
     and the held-out log predictive per image (importance sampling with ``num_samples`` draws)
     next to a filter restricted to one feature, with the paired standard error of the
     difference, and the held-out score along the stream (after 10 %, 30 % and all of the
-    training images, :func:`numpyro_bnp.infer.streaming.learning_curve`: a curve that stops
+    training images, :func:`numpyro_bnp.infer.core.streaming.learning_curve`: a curve that stops
     rising means the filter stopped learning). Saves three figures, the number of features
     against the number of observations with the prior's ``E[Λ_n]``, the learned features as
     images and the held-out score along the stream, and returns their paths. ``mass``,

@@ -36,9 +36,9 @@ from numpyro.primitives import Messenger
 from numpyro_bnp._checks import is_concrete, model_function, positive_int
 from numpyro_bnp.distributions import NGGP, BetaProcess, RecursiveIBP
 from numpyro_bnp.distributions.crm import CompletelyRandomMeasure
-from numpyro_bnp.infer._mixture_model import read_mixture_model
-from numpyro_bnp.infer._model import model_cache_key, trace_model, unwrap
-from numpyro_bnp.mixture_models import stick_breaking_sites
+from numpyro_bnp.infer.core.model import model_cache_key, trace_model, unwrap
+from numpyro_bnp.infer.mixtures.model import read_mixture_model
+from numpyro_bnp.models.mixtures import stick_breaking_sites
 
 __all__ = ["finite_beta_params", "pitman_yor_of_nggp", "truncated_twin"]
 
