@@ -336,10 +336,13 @@ def test_capacity_grows_or_warns(gaussian_engine):
     )
     assert ADFNRM.capacity(grown.state) > 16 and len(grown.cluster_sizes) >= 18
     np.testing.assert_allclose(grown.cluster_sizes, fixed.cluster_sizes, rtol=1e-10)
+    full = ADFNRM(models.nggp_normal_mixture, max_clusters=4)
     with pytest.warns(RuntimeWarning, match="max_clusters"):
-        ADFNRM(models.nggp_normal_mixture, max_clusters=4).run(
-            None, data, **kwargs, progress_bar=False
-        )
+        truncated = full.run(None, data, **kwargs, progress_bar=False)
+    # a full capacity keeps a valid state: each row's weights sum to one over the four clusters
+    full.check_state(truncated.state)
+    np.testing.assert_allclose(truncated.state.counts.sum(), 300, rtol=1e-6)
+    assert float(truncated.state.num_clusters) <= 4
 
 
 def test_to_arviz_weights_and_components(gaussian_engine):

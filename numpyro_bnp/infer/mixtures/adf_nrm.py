@@ -533,7 +533,10 @@ class ADFNRM(ModelEngine):
         create = (resp_new > self.threshold) | ~anything
         opened = create & free.any()
         new_slot = (jnp.arange(state.counts.shape[0]) == slot) & opened
-        kept = jnp.where(anything, resp_old / jnp.maximum(1.0 - resp[-1], 1e-30), 0.0)
+        # the old clusters' responsibilities given no new cluster, normalized in log space:
+        # resp_old / (1 - resp_new) loses every digit when resp_new rounds to 1 (a full
+        # capacity and an observation far from every cluster) and gave weights far above 1
+        kept = jnp.where(anything, jax.nn.softmax(log_joint[:-1]), 0.0)
         weights = jnp.where(opened, jnp.where(anything, resp_old, 0.0) + resp_new * new_slot, kept)
         weights = jnp.where(state.active | new_slot, weights, 0.0).astype(dt)
         if previous is not None:
