@@ -175,7 +175,10 @@ def binary_features(
 
     :param bias: the logits' offset ``b`` (a number or a ``(dim,)`` array), or a prior for each
         of its entries (a NumPyro distribution, e.g. ``dist.Normal(0.0, 3.0)``: a site ``bias``).
-    :param mass, concentration, sigma_a, max_features: as in :func:`linear_gaussian`.
+    :param mass: as in :func:`linear_gaussian`.
+    :param concentration: as in :func:`linear_gaussian`.
+    :param sigma_a: as in :func:`linear_gaussian`.
+    :param max_features: as in :func:`linear_gaussian`.
     """
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
     mass, _ = _learned(mass, 1.0, max_features)

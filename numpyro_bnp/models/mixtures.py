@@ -263,7 +263,9 @@ def nggp_gaussian_mixture(
     ``(num_obs, dim)``.
 
     :param obs: observations ``(num_obs, dim)`` or ``None``.
-    :param mass, sigma, tau: the NGGP's parameters (:func:`nggp_multinomial_mixture`).
+    :param mass: the NGGP's parameters (:func:`nggp_multinomial_mixture`).
+    :param sigma: the NGGP's parameters (:func:`nggp_multinomial_mixture`).
+    :param tau: the NGGP's parameters (:func:`nggp_multinomial_mixture`).
     :param loc: ``m_0``, a scalar or ``(dim,)``.
     :param kappa: ``κ_0 > 0``.
     :param dof: the Wishart's degrees of freedom ``ν_0 > dim - 1`` (NumPyro's ``concentration``);
@@ -307,7 +309,10 @@ def nggp_diagonal_gaussian_mixture(
         ``(dim,)``.
     :param concentration: the Gamma's shape ``a_0 > 0``; :param rate: its rate ``b_0 > 0``, a
         scalar or ``(dim,)``.
-    :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
+    :param mass: as in :func:`nggp_gaussian_mixture`.
+    :param sigma: as in :func:`nggp_gaussian_mixture`.
+    :param tau: as in :func:`nggp_gaussian_mixture`.
+    :param max_clusters: as in :func:`nggp_gaussian_mixture`.
 
     The defaults suit data of unit scale. Otherwise scale the prior to the data, e.g. ``loc`` the
     data's mean, ``kappa=0.1`` and ``rate`` a fraction ``s`` of each dimension's variance (with
@@ -349,7 +354,10 @@ def nggp_normal_mixture(
         ``(dim,)``).
     :param sigma_o: the known observation noise standard deviation ``σ_o`` (scalar or
         ``(dim,)``).
-    :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
+    :param mass: as in :func:`nggp_gaussian_mixture`.
+    :param sigma: as in :func:`nggp_gaussian_mixture`.
+    :param tau: as in :func:`nggp_gaussian_mixture`.
+    :param max_clusters: as in :func:`nggp_gaussian_mixture`.
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
     likelihood = _normal_normal(k, dim, loc, sigma_mu, sigma_o)
@@ -379,7 +387,10 @@ def nggp_poisson_mixture(
     Sites: ``z`` ``(num_obs,)``, ``theta`` ``(K, dim)`` (rates), ``obs`` ``(num_obs, dim)``.
 
     :param concentration: the Gamma's shape ``a_0 > 0``; :param rate: its rate ``b_0 > 0``.
-    :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
+    :param mass: as in :func:`nggp_gaussian_mixture`.
+    :param sigma: as in :func:`nggp_gaussian_mixture`.
+    :param tau: as in :func:`nggp_gaussian_mixture`.
+    :param max_clusters: as in :func:`nggp_gaussian_mixture`.
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
     likelihood = _gamma_poisson(k, dim, concentration, rate)
@@ -411,7 +422,10 @@ def nggp_bernoulli_mixture(
 
     :param concentration1: the Beta's ``α_0 > 0`` (counts ones, as in NumPyro's ``Beta``);
         :param concentration0: its ``β_0 > 0``.
-    :param mass, sigma, tau, max_clusters: as in :func:`nggp_gaussian_mixture`.
+    :param mass: as in :func:`nggp_gaussian_mixture`.
+    :param sigma: as in :func:`nggp_gaussian_mixture`.
+    :param tau: as in :func:`nggp_gaussian_mixture`.
+    :param max_clusters: as in :func:`nggp_gaussian_mixture`.
     """
     num_obs, dim, k, z = _partition(num_obs, dim, mass, sigma, tau, max_clusters)
     likelihood = _beta_bernoulli(k, dim, concentration1, concentration0)
