@@ -105,8 +105,9 @@ def save(path, state, engine):
     rebuilt. The file is written under a temporary name and then renamed, so an interrupted save
     never leaves a truncated checkpoint.
 
-    :raises TypeError, ValueError: when ``state`` fails ``engine.check_state``, or when the
-        engine's options are not JSON-storable.
+    :raises ValueError: when ``state`` fails ``engine.check_state``.
+    :raises TypeError: when ``state`` fails ``engine.check_state``, or when the engine's options
+        are not JSON-storable.
     """
     check_engine(engine, CHECKPOINT_MEMBERS)
     engine.check_state(state, name="state")

@@ -22,14 +22,14 @@ class StreamingEngine(Protocol):
 
     The attributes are read after the engine has been set up (``init``):
 
-    :ivar int dim: size ``D`` of one observation.
+    :ivar dim: size ``D`` of one observation.
     :ivar dtype: floating dtype of the state and of the observations.
-    :ivar str kind: the model variant a state belongs to (recorded in checkpoints; a state of one
+    :ivar kind: the model variant a state belongs to (recorded in checkpoints; a state of one
         kind does not resume in an engine of another).
     :ivar state_type: the state's ``NamedTuple`` class.
-    :ivar str progress_key: the info field shown in the progress bar ...
-    :ivar str progress_label: ... under this label (e.g. ``"features"``, ``"clusters"``).
-    :ivar str capacity_option: the engine's option that fixes the capacity (named in the
+    :ivar progress_key: the info field shown in the progress bar ...
+    :ivar progress_label: ... under this label (e.g. ``"features"``, ``"clusters"``).
+    :ivar capacity_option: the engine's option that fixes the capacity (named in the
         truncation warning), e.g. ``"max_features"``.
 
     A batch (what :meth:`check_batch` returns) is an array with one row per observation, or a
@@ -43,10 +43,14 @@ class StreamingEngine(Protocol):
     (:func:`~numpyro_bnp.infer.core.streaming.save`,
     :func:`~numpyro_bnp.infer.core.streaming.read_checkpoint`):
 
-    :ivar dict options: the engine's options (JSON-storable values).
-    :ivar tuple model_args: positional model arguments the engine was set up with.
-    :ivar dict model_kwargs: keyword model arguments the engine was set up with.
-    :ivar tuple model_summary: strings that describe the traced model (one per site).
+    :ivar options: the engine's options (JSON-storable values).
+    :vartype options: dict
+    :ivar model_args: positional model arguments the engine was set up with.
+    :vartype model_args: tuple
+    :ivar model_kwargs: keyword model arguments the engine was set up with.
+    :vartype model_kwargs: dict
+    :ivar model_summary: strings that describe the traced model (one per site).
+    :vartype model_summary: tuple
     """
 
     dim: int

@@ -84,8 +84,10 @@ class NonFiniteStateError(FloatingPointError):
     :ivar partial_state: the last good state, before the failing chunk.
     :ivar partial_traces: the traces up to that state.
     :ivar partial_time: the observation counts of ``partial_traces``.
-    :ivar list fields: the names of the fields that went non-finite.
-    :ivar tuple rows: ``(first, last)``, 0-based, of this run's rows in the failing chunk.
+    :ivar fields: the names of the fields that went non-finite.
+    :vartype fields: list
+    :ivar rows: ``(first, last)``, 0-based, of this run's rows in the failing chunk.
+    :vartype rows: tuple
     """
 
 

@@ -34,7 +34,10 @@ class EPNRM(ADFNRM):
     :param int num_passes: EP passes after the ADF pass (0: the ADF result).
     :param float tol: stop when ``max_j ||r_j^new - r_j^old||_1 < tol``.
     :param float damping: ``η`` in (0, 1]: ``r_j ← (1 - η) r_j^old + η r_j^new``; ``None``: 1.
-    :param new_cluster_threshold, u_estimate, max_clusters, dtype: as for :class:`ADFNRM`.
+    :param new_cluster_threshold: as for :class:`ADFNRM`.
+    :param u_estimate: as for :class:`ADFNRM`.
+    :param max_clusters: as for :class:`ADFNRM`.
+    :param dtype: as for :class:`ADFNRM`.
 
     :meth:`run` returns an :class:`NRMResult` whose traces are per pass (``time`` 0 is the ADF
     pass): ``num_clusters``, ``num_instantiated``, ``log_predictive`` (the mean over the

@@ -94,7 +94,8 @@ class CRMSliceState(NamedTuple):
     :ivar num_slice_atoms: ``K* = max_n K_n`` of this sweep, before clipping to the capacity.
     :ivar saturated: True when ``K*`` exceeded the capacity (this sweep was truncated).
     :ivar num_saturated: saturated sweeps of this chain so far.
-    :ivar accept_gamma, accept_marks: acceptance rates of this sweep's Γ and V moves.
+    :ivar accept_gamma: acceptance rate of this sweep's Γ moves.
+    :ivar accept_marks: acceptance rate of this sweep's V moves.
     :ivar log_likelihood: ``log p(y | X, ψ)`` (0 for a prior-only model).
     :ivar log_joint: the log density of the sampler's target at the state,
         ``log p(y, X, ψ_{1:K}, Γ_{1:K}, P_{1:K})`` (see

@@ -48,9 +48,11 @@ __all__ = ["CRMTopicSlice", "CRMTopicSliceState"]
 class CRMTopicSliceState(NamedTuple):
     """State of :class:`CRMTopicSlice` (one chain; vectorized chains add a leading axis).
 
-    :ivar i, arrivals, marks, num_atoms, num_active, parity, num_slice_atoms, saturated,
-        num_saturated, accept_gamma, accept_marks, rng_key: the atoms and the sweep, as in
-        :class:`~numpyro_bnp.infer.CRMSliceState` (the fields every CRM slice sampler has).
+    The fields of the atoms and the sweep (``i``, ``arrivals``, ``marks``, ``num_atoms``,
+    ``num_active``, ``parity``, ``num_slice_atoms``, ``saturated``, ``num_saturated``,
+    ``accept_gamma``, ``accept_marks``, ``rng_key``) are as in
+    :class:`~numpyro_bnp.infer.CRMSliceState` (the fields every CRM slice sampler has).
+
     :ivar z: the sample field ``{CRM site: (C,), topic site: (C, V), rate site: (N, C)}`` (0
         beyond ``num_atoms``), for a capacity ``C``.
     :ivar counts: ``(N, C)`` counts ``X``: the words of document ``n`` on atom ``k``.
@@ -234,8 +236,14 @@ class CRMTopicSlice(CRMSliceKernel):
         :func:`numpyro_bnp.models.bnb_combinatorial_clustering`. Traced without word counts the
         model is sampled from its prior. Latent trait models with a count site are
         :class:`~numpyro_bnp.infer.CRMSlice`'s (a ``ValueError`` says so).
-    :param representation, xi_scale, max_features, n_gamma, gamma_step, n_marks, mark_step,
-        on_saturation: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param representation: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param xi_scale: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param max_features: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param n_gamma: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param gamma_step: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param n_marks: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param mark_step: as in :class:`~numpyro_bnp.infer.CRMSlice`.
+    :param on_saturation: as in :class:`~numpyro_bnp.infer.CRMSlice`.
 
     The sample (``sample_field``) is ``{theta, topics, rates}``: zeros beyond the instantiated
     atoms; an instantiated atom that no word uses keeps its prior topic and its
