@@ -10,13 +10,13 @@ avoid_cpu_scheduler_hang()  # before anything computes: an XLA flag (see numpyro
 
 from numpyro_bnp import distributions  # noqa: E402
 from numpyro_bnp.arviz_compat import repair_numpyro_packages  # noqa: E402
-from numpyro_bnp.models import mixtures as _mixture_models  # noqa: E402
+from numpyro_bnp.models import mixtures as mixture_models  # noqa: E402
 
 # the mixture models' module path before they joined numpyro_bnp.models (pickles name it)
-sys.modules[f"{__name__}.mixture_models"] = _mixture_models
+sys.modules[f"{__name__}.mixture_models"] = mixture_models
 
 repair_numpyro_packages()
-del numpyro, sys, avoid_cpu_scheduler_hang, _mixture_models
+del numpyro, sys, avoid_cpu_scheduler_hang
 
 __version__ = "0.1.0.dev0"
 

@@ -67,9 +67,10 @@ def test_first_layout_paths_import_the_moved_modules(old):
 
 
 def test_the_mixture_models_first_module_path_imports():
+    import numpyro_bnp.mixture_models
     from numpyro_bnp.mixture_models import dp_mixture
 
-    assert dp_mixture is models.dp_mixture
+    assert dp_mixture is numpyro_bnp.mixture_models.dp_mixture is models.dp_mixture
 
 
 def test_public_engine_names_import_from_infer():
