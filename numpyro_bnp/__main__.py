@@ -1,7 +1,7 @@
 """Command line of numpyro_bnp.
 
 python -m numpyro_bnp demo [--out-dir DIR] [--only NAME ...]
-python -m numpyro_bnp bench engines [--quick] [--data NAME ...] [--figure PATH]
+python -m numpyro_bnp bench FAMILY [--quick] [its options]   (FAMILY --help: what it measures)
 """
 
 import argparse
@@ -9,7 +9,32 @@ import os
 import sys
 
 
-def main(argv=None):
+def _add_bench(commands):
+    """The ``bench`` command: one sub-command a family of :data:`numpyro_bnp.bench.FAMILIES`."""
+    from numpyro_bnp.bench import FAMILIES
+
+    bench = commands.add_parser(
+        "bench",
+        help="run a benchmark family and print its tables",
+        description="Measured comparisons, one family a page of docs/.",
+    )
+    families = bench.add_subparsers(dest="family", required=True, metavar="FAMILY")
+    for name, family in FAMILIES.items():
+        summary = family.__doc__.splitlines()[0]
+        parser = families.add_parser(name, help=summary, description=summary, epilog=family.HELP)
+        parser.add_argument("--quick", action="store_true", help=family.QUICK_HELP)
+        if family.CPU_LOOP_KERNELS:
+            parser.add_argument(
+                "--xla-default",
+                action="store_true",
+                help="keep XLA's default CPU loop compilation (no enable_cpu_loop_kernels)",
+            )
+        family.add_arguments(parser)
+        parser.set_defaults(family_module=family)
+
+
+def build_parser():
+    """The parser of ``python -m numpyro_bnp``: ``demo`` and ``bench FAMILY``."""
     parser = argparse.ArgumentParser(
         prog="python -m numpyro_bnp",
         description=__doc__,
@@ -19,20 +44,24 @@ def main(argv=None):
     demo = commands.add_parser("demo", help="run the demo and save its figures")
     demo.add_argument("--out-dir", default="numpyro_bnp_demo", help="where figures are saved")
     demo.add_argument("--only", nargs="+", help="run only these parts of the demo")
-    bench = commands.add_parser("bench", help="run a benchmark and print its tables")
-    benches = bench.add_subparsers(dest="bench", required=True)
-    from numpyro_bnp.bench import engines
+    _add_bench(commands)
+    return parser
 
-    engines_parser = benches.add_parser(
-        "engines",
-        help="the engines side by side on the same data (docs/engines.md)",
-        description=engines.__doc__.splitlines()[0],
-        epilog=engines.HELP,
-    )
-    engines.add_arguments(engines_parser)
+
+def main(argv=None, loop_kernels=True):
+    """Parse ``argv`` (default: the command line) and run the demo or a benchmark family;
+    ``loop_kernels``: call :func:`numpyro_bnp.enable_cpu_loop_kernels` before the demo and the
+    families that were measured with it (before JAX computes anything). Returns the exit
+    status."""
+    from numpyro_bnp.xla_cpu import enable_cpu_loop_kernels
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bench":
-        return engines.run(args)
+        family = args.family_module
+        if loop_kernels and family.CPU_LOOP_KERNELS and not args.xla_default:
+            enable_cpu_loop_kernels()  # before JAX starts: loops compiled into single CPU kernels
+        return family.run(args)
 
     from numpyro_bnp.demos import DEMOS
 
@@ -51,6 +80,8 @@ def main(argv=None):
             file=sys.stderr,
         )
         return 2
+    if loop_kernels:
+        enable_cpu_loop_kernels()
     paths = []
     for name in names:
         print(f"\n== {name}")
@@ -62,7 +93,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from numpyro_bnp.xla_cpu import enable_cpu_loop_kernels
-
-    enable_cpu_loop_kernels()  # before JAX starts: loops compiled into single CPU kernels
     sys.exit(main())

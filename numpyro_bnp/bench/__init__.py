@@ -1,8 +1,28 @@
-"""Benchmarks that ship with the package: ``python -m numpyro_bnp bench engines [--quick]``.
+"""Measured comparisons: ``python -m numpyro_bnp bench FAMILY [--quick] [its options]``.
 
-* :mod:`numpyro_bnp.bench.engines` — one model, many engines: the mixture and feature families
-  side by side (:mod:`~numpyro_bnp.bench.mixtures`, :mod:`~numpyro_bnp.bench.features`).
+One family a page of ``docs/`` (:data:`FAMILIES`); each module has the same protocol:
 
-Optional dependencies (scikit-learn, matplotlib, ``lda``) are imported only by the parts that
-need them; a data set whose package is missing is skipped with a message.
+* its docstring, whose first line says what it measures (the family's help line);
+* ``HELP``: what the full and the ``--quick`` runs take (the end of its ``--help``);
+* ``QUICK_HELP``: what ``--quick`` runs (every family has ``--quick``);
+* ``CPU_LOOP_KERNELS``: whether the command calls :func:`numpyro_bnp.enable_cpu_loop_kernels`
+  first, as the family's figures in ``docs/`` were measured (those families also take
+  ``--xla-default``, which keeps XLA's default loops);
+* ``add_arguments(parser)``: its own options; ``run(args)``: the run, its exit status.
+
+The families and the modules they run:
+
+* ``engines`` (``docs/engines.md``): the mixture and feature engines side by side on the same
+  data (:mod:`~numpyro_bnp.bench.mixtures`, :mod:`~numpyro_bnp.bench.features`);
+
+Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
+table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
+statistics, figures). Optional dependencies (scikit-learn, matplotlib, ``lda``) are imported only
+by the parts that need them.
 """
+
+from numpyro_bnp.bench import engines
+
+FAMILIES = {"engines": engines}
+
+__all__ = ["FAMILIES"]

@@ -21,8 +21,6 @@ The full run takes an hour or more on 2 CPU cores (most of it the Gibbs sampler 
 documents); ``--quick`` is the small version (see ``QUICK``).
 """
 
-import argparse
-
 from numpyro_bnp.bench import features, mixtures
 
 DATA = ("galaxies", "digits", "reuters", "features")
@@ -64,25 +62,25 @@ HELP = (
 )
 
 
-def add_arguments(parser, figure_default=None, features_figure_default=None):
-    """The options of ``bench engines`` (also those of ``benchmarks/bench_engines.py``)."""
-    parser.add_argument("--quick", action="store_true", help="the small version (see below)")
+QUICK_HELP = "the small version (see below)"
+CPU_LOOP_KERNELS = True
+
+
+def add_arguments(parser):
+    """The options of ``bench engines`` besides ``--quick``."""
     parser.add_argument(
         "--data", nargs="+", choices=DATA, metavar="NAME",
         help=f"data sets to run, from {', '.join(DATA)} (default: all; with --quick: "
         f"{' and '.join(QUICK_DATA)})",
     )  # fmt: skip
     parser.add_argument(
-        "--figure", default=figure_default,
-        help="where the galaxies figure goes (default: "
-        f"{figure_default or 'none'}; '' for none)",
+        "--figure", metavar="PATH",
+        help="where the galaxies figure goes (docs/figures/engines_galaxies.png; default none)",
     )  # fmt: skip
     parser.add_argument(
-        "--features-figure", default=features_figure_default,
-        help="where the features figure goes (default: "
-        f"{features_figure_default or 'none'}; '' for none)",
+        "--features-figure", metavar="PATH",
+        help="where the features figure goes (docs/figures/engines_features.png; default none)",
     )  # fmt: skip
-    return parser
 
 
 def run(args):
@@ -100,9 +98,3 @@ def run(args):
     if "features" in data:
         features.bench_features(settings["features"], figure=args.features_figure)
     return 0
-
-
-def main(argv=None, prog=None, figure_default=None, features_figure_default=None):
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], epilog=HELP)
-    add_arguments(parser, figure_default, features_figure_default)
-    return run(parser.parse_args(argv))

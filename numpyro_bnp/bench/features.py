@@ -30,14 +30,17 @@ import warnings
 
 import numpy as np
 
+from numpyro_bnp import datasets
+from numpyro_bnp._report import timed
 from numpyro_bnp.bench._common import (
     NUM_CHAINS,
     chain_stats,
     iteration_seconds,
-    print_table,
+    print_engine_table,
+    pyplot,
     run_mcmc,
     save_figure,
-    timed,
+    vectorized_chains,
 )
 
 MASS, SIGMA_A, SIGMA_O = 3.0, 0.3, 0.2
@@ -45,12 +48,10 @@ NEW_SLOTS = 16  # unborn slots of the scoring state: the room for a new row's ne
 
 
 def digits_pixels(num_train, num_test, seed=0):
-    """``(train, test)``: scikit-learn's digits, pixels / 16, shuffled; float32 ``(., 64)``."""
-    from sklearn.datasets import load_digits
-
-    x = (load_digits().data / 16.0).astype(np.float32)
-    perm = np.random.default_rng(seed).permutation(len(x))
-    return x[perm[:num_train]], x[perm[len(x) - num_test :]]
+    """``(train, test)``: scikit-learn's digits, pixels / 16, shuffled, the first ``num_train``
+    fitted and the last ``num_test`` held out; float32 ``(., 64)``."""
+    x = (datasets.digits()[0] / 16.0).astype(np.float32)
+    return datasets.shuffled_split(x, num_test, num_train, seed, held_out="last")
 
 
 class DrawScorer:
@@ -128,9 +129,6 @@ def run_filter(train, test, model_kwargs, num_samples):
 
 
 def run_refine(train, test, model_kwargs, num_passes, num_samples):
-    import time
-
-    import jax
     from jax import random
 
     from numpyro_bnp.infer import RIBPFilter
@@ -141,45 +139,29 @@ def run_refine(train, test, model_kwargs, num_passes, num_samples):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = engine.run(random.PRNGKey(0), train, progress_bar=False, **kwargs)
-    t0 = time.perf_counter()
-    refined = result.refine(train, num_passes=num_passes, start="empty")
-    jax.block_until_ready(refined.state)
-    cold = time.perf_counter() - t0
-    seconds = float("inf")
-    for _ in range(2):  # the fastest of two compiled runs
-        t0 = time.perf_counter()
+
+    def run(_):
         refined = result.refine(train, num_passes=num_passes, start="empty")
-        jax.block_until_ready(refined.state)
-        seconds = min(seconds, time.perf_counter() - t0)
+        return refined, refined.state
+
+    (refined, _), seconds, cold = timed(run)
     lp = refined.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_samples)
     return dict(seconds=seconds, cold=cold, lp=float(np.mean(lp)), K=float(refined.num_active))
 
 
 def run_kernel(kernel, train, test, model_kwargs, warmup, samples, scorer, num_draws):
     """A row for one of our MCMC kernels, ``NUM_CHAINS`` vectorized chains."""
-    import jax
     from jax import random
-
-    def run(mcmc):
-        fields = ("num_active", "saturated")
-        mcmc.run(random.PRNGKey(0), train, extra_fields=fields, **model_kwargs)
-        jax.block_until_ready(mcmc.get_samples())
 
     with warnings.catch_warnings():  # a prior draw of the initial state may be truncated
         warnings.simplefilter("ignore", RuntimeWarning)
-        mcmc, cold = run_mcmc(kernel, warmup, samples, "vectorized", run)
-        per_iteration = iteration_seconds(kernel, mcmc.last_state, (train,), model_kwargs, 10)
-    seconds = per_iteration * (warmup + samples)
-    fields = mcmc.get_extra_fields(group_by_chain=True)
-    mean, sd, ess_s, rhat = chain_stats(fields["num_active"], seconds)
+        mcmc, fields, row = vectorized_chains(
+            kernel, train, model_kwargs, warmup, samples, "num_active", reps=10
+        )
     draws = mcmc.get_samples(group_by_chain=True)
     z, a = _thin(draws["Z"], num_draws), _thin(draws["A"], num_draws)
-    lp = scorer.posterior(z, a, test, random.PRNGKey(1))
-    saturated = bool(np.any(fields["saturated"]))
-    return dict(
-        seconds=seconds, cold=cold, lp=lp, K=mean, K_sd=sd, ess_s=ess_s, rhat=rhat,
-        saturated=saturated, trace=np.asarray(fields["num_active"]),
-    )  # fmt: skip
+    row["lp"] = scorer.posterior(z, a, test, random.PRNGKey(1))
+    return dict(row, trace=np.asarray(fields["num_active"]))
 
 
 def held_out_curve(kernel, train, test, model_kwargs, segments, scorer, num_draws, seed=0):
@@ -270,12 +252,7 @@ def run_discrete_hmc_gibbs(train, test, model_kwargs, truncation, warmup, sample
 def plot_features(rows, path):
     """Left: held-out log predictive against seconds, one point per engine; right: the
     samplers' number of features along their kept draws, one line per chain."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4))
     for i, (label, row) in enumerate(rows.items()):
         color = f"C{i}"
         left.plot(row["seconds"], row["lp"], "o", color=color, label=label)
@@ -331,12 +308,12 @@ def bench_features(settings, figure=None):
         rows[label] = run_discrete_hmc_gibbs(
             train, test, kw, truncation, warmup, samples, scorer, num_draws, chains
         )
-    print_table(
+    print_engine_table(
         f"features: digits pixels / 16 ({len(train)} train / {len(test)} test rows, D = 64; "
         f"linear_gaussian α = {MASS:g}, σ_A = {SIGMA_A:g}, σ_o = {SIGMA_O:g}, "
         f"{capacity} feature slots)",
         rows,
-        lp_format="10.2f",
+        lp_spec=".2f",
     )
     if figure:
         plot_features(rows, figure)

@@ -26,14 +26,17 @@ Data: the galaxies (82 velocities in 1,000 km/s, Roeder 1990, shipped with the p
 import numpy as np
 
 from numpyro_bnp import datasets
+from numpyro_bnp._report import Column, Table, timed
 from numpyro_bnp.bench._common import (
     NUM_CHAINS,
     chain_stats,
     iteration_seconds,
-    print_table,
+    mcmc,
+    print_engine_table,
+    pyplot,
     run_mcmc,
     save_figure,
-    timed,
+    vectorized_chains,
 )
 
 PRIORS = (("DP", 0.0), ("NIG", 0.5))
@@ -60,31 +63,18 @@ def run_streaming(engine_cls, model, train, test, model_kwargs, grid=None, **opt
 def run_gibbs(model, train, test, model_kwargs, warmup, samples, grid=None, **options):
     """The Gibbs sampler's row (``options``: the kernel's, e.g. ``split_merge``); its seconds:
     the vectorized chains' time per sweep (timed compiled) times the sweeps."""
-    import jax
-    from jax import random
-
     from numpyro_bnp.infer import NGGPMarginalGibbs
 
     kernel = NGGPMarginalGibbs(model, **options)
-
-    def run(mcmc):
-        fields = ("num_clusters", "saturated")
-        mcmc.run(random.PRNGKey(0), train, extra_fields=fields, **model_kwargs)
-        jax.block_until_ready(mcmc.get_samples())
-
-    mcmc, cold = run_mcmc(kernel, warmup, samples, "vectorized", run)
-    per_sweep = iteration_seconds(kernel, mcmc.last_state, (train,), model_kwargs)
-    seconds = per_sweep * (warmup + samples)
-    fields = mcmc.get_extra_fields(group_by_chain=True)
-    mean, sd, ess_s, rhat = chain_stats(fields["num_clusters"], seconds)
+    mcmc, fields, row = vectorized_chains(
+        kernel, train, model_kwargs, warmup, samples, "num_clusters"
+    )
     labels = np.asarray(mcmc.get_samples()["z"])[:: max(1, samples * NUM_CHAINS // 400)]
-    lp = float(np.mean(kernel.log_predictive(labels, test, train, **model_kwargs)))
-    saturated = bool(np.any(fields["saturated"]))
-    out = dict(seconds=seconds, cold=cold, lp=lp, K=mean, K_sd=sd, ess_s=ess_s, rhat=rhat)
-    out["num_clusters"] = np.asarray(fields["num_clusters"]).ravel()
+    row["lp"] = float(np.mean(kernel.log_predictive(labels, test, train, **model_kwargs)))
+    row["num_clusters"] = np.asarray(fields["num_clusters"]).ravel()
     if grid is not None:
-        out["density"] = np.exp(kernel.log_predictive(labels, grid, train, **model_kwargs))
-    return dict(out, saturated=saturated), (kernel, mcmc)
+        row["density"] = np.exp(kernel.log_predictive(labels, grid, train, **model_kwargs))
+    return row, (kernel, mcmc)
 
 
 def run_nuts_twin(train, test, prior, truncation, warmup, samples, seed=1, grid=None):
@@ -166,9 +156,14 @@ def print_targets(rows, *, nuts=None, ep_target=True):
 def galaxies_data():
     """``(train, test)``: the velocities in 1,000 km/s, ``(66, 1)`` and ``(16, 1)``."""
     x = (datasets.galaxies() / 1000.0)[:, None]
-    perm = np.random.default_rng(0).permutation(len(x))
-    num_test = len(x) // 5
-    return x[perm[num_test:]], x[perm[:num_test]]
+    return datasets.shuffled_split(x, len(x) // 5)
+
+
+def galaxies_prior(train):
+    """The Normal-Gamma prior of the galaxies' clusters: ``μ ~ N(mean, 1 / (κ λ))``, ``λ ~
+    Gamma(2, 2)``: clusters of about 1,000 km/s, means anywhere in the data's range (``κ =
+    0.05``: a prior standard deviation of the mean of about 4.5)."""
+    return dict(loc=float(train.mean()), kappa=0.05, concentration=2.0, rate=2.0)
 
 
 def bench_galaxies(settings, figure=None):
@@ -179,9 +174,7 @@ def bench_galaxies(settings, figure=None):
 
     train, test = galaxies_data()
     grid = np.linspace(5.0, 40.0, 281)[:, None]
-    # μ ~ N(mean, 1 / (κ λ)), λ ~ Gamma(2, 2): clusters of about 1,000 km/s, means anywhere in
-    # the data's range (κ = 0.05: a prior standard deviation of the mean of about 4.5)
-    prior = dict(loc=float(train.mean()), kappa=0.05, concentration=2.0, rate=2.0)
+    prior = galaxies_prior(train)
     rows = {}
     for name, sigma in PRIORS:
         if name not in settings.get("priors", dict(PRIORS)):
@@ -198,7 +191,7 @@ def bench_galaxies(settings, figure=None):
         rows["NUTS DP twin (T = 20)"] = nuts
     else:
         nuts = None
-    print_table(
+    print_engine_table(
         f"galaxies ({len(train)} train / {len(test)} test velocities, Normal-Gamma components)",
         rows,
     )
@@ -293,13 +286,19 @@ def bench_galaxies_published(settings):
     NUTS on the common scale."""
     import jax
     from jax import random
-    from numpyro.infer import MCMC, NUTS, Gibbs
+    from numpyro.infer import NUTS, Gibbs
 
     from numpyro_bnp.infer import NGGPMarginalGibbs
 
     x = (datasets.galaxies() / 1000.0)[:, None]
     print("\n== galaxies (all 82) against BNPdensity's NGG(1, 0.015, 0.5) fits", flush=True)
-    print(f"{'analysis':<32}{'engine':<22}{'K mean':>8}{'sd':>6}{'R-hat':>7}  pmf of K (3..12)")
+    columns = (
+        Column("analysis", 32, align="<"), Column("engine", 22, align="<", gap=""),
+        Column("K mean", 8, ".2f", gap=""), Column("sd", 6, ".2f", gap=""),
+        Column("R-hat", 7, ".3f", gap=""), Column("pmf of K (3..12)", align="<", gap="  "),
+    )  # fmt: skip
+    table = Table(columns)
+    table.header()
     rows = {}
     for label, (model, block, name) in bnpdensity_galaxies_models().items():
         warmup, samples = settings["published_sweeps"][block is not None]
@@ -308,12 +307,9 @@ def bench_galaxies_published(settings):
         else:
             kernel = Gibbs([(NGGPMarginalGibbs(model), ["z", "mu"]), (NUTS(model), block)])
             method, field = "sequential", "block_states.0.num_clusters"
-        mcmc = MCMC(
-            kernel, num_warmup=warmup, num_samples=samples, num_chains=NUM_CHAINS,
-            chain_method=method, progress_bar=False,
-        )  # fmt: skip
-        mcmc.run(random.PRNGKey(0), x, extra_fields=(field,))
-        num = np.asarray(jax.device_get(mcmc.get_extra_fields(group_by_chain=True)[field]))
+        chains = mcmc(kernel, warmup, samples, NUM_CHAINS, method)
+        chains.run(random.PRNGKey(0), x, extra_fields=(field,))
+        num = np.asarray(jax.device_get(chains.get_extra_fields(group_by_chain=True)[field]))
         mean, sd, _, rhat = chain_stats(num, 1.0)
         reference = BNPDENSITY_GALAXIES[name]
         ks = np.array(list(reference))
@@ -321,8 +317,8 @@ def bench_galaxies_published(settings):
         ref_sd = float(np.sqrt(np.dot((ks - ref_mean) ** 2, list(reference.values()))))
         ours = " ".join(f"{np.mean(num == k):.2f}" for k in range(3, 13))
         theirs = " ".join(f"{reference.get(k, 0.0):.2f}" for k in range(3, 13))
-        print(f"{label:<32}{'NGGPMarginalGibbs':<22}{mean:8.2f}{sd:6.2f}{rhat:7.3f}  {ours}")
-        print(f"{name:<32}{'BNPdensity':<22}{ref_mean:8.2f}{ref_sd:6.2f}{'':>7}  {theirs}")
+        table.row(label, "NGGPMarginalGibbs", mean, sd, rhat, ours)
+        table.row(name, "BNPdensity", ref_mean, ref_sd, "", theirs)
         rows[label] = dict(K=mean, K_sd=sd, rhat=rhat, reference=(ref_mean, ref_sd))
     return rows
 
@@ -330,12 +326,7 @@ def bench_galaxies_published(settings):
 def plot_galaxies(data, grid, rows, path):
     """Left: the posterior mean densities of every engine over the data's histogram; right:
     the samplers' posterior of the number of clusters."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4))
     left.hist(data[:, 0], bins=30, density=True, color="0.85", label="82 galaxies")
     for label, row in rows.items():
         if "density" in row:
@@ -356,18 +347,11 @@ def plot_galaxies(data, grid, rows, path):
 
 
 def documents(name):
-    """``(train, test)`` count documents: ``"digits"`` (scikit-learn) or ``"reuters"`` (lda)."""
-    if name == "digits":
-        import sklearn.datasets
-
-        x = sklearn.datasets.load_digits().data.astype(np.int64)
-    else:
-        import lda.datasets
-
-        x = np.asarray(lda.datasets.load_reuters())
-    perm = np.random.default_rng(0).permutation(len(x))
-    num_test = len(x) // 5
-    return x[perm[num_test:]], x[perm[:num_test]]
+    """``(train, test)`` count documents, a fifth held out: ``"digits"`` (scikit-learn's
+    digits, the 64 pixel intensities as word counts, ``(1438, 64)`` and ``(359, 64)``) or
+    ``"reuters"`` (``lda``'s, ``(316, 4258)`` and ``(79, 4258)``)."""
+    x = datasets.digits()[0] if name == "digits" else datasets.reuters()[0]
+    return datasets.shuffled_split(x, len(x) // 5)
 
 
 def bench_documents(settings, name, concentration, capacity):
@@ -395,7 +379,7 @@ def bench_documents(settings, name, concentration, capacity):
         rows[f"Gibbs {prior}"], _ = run_gibbs(
             model, train, test, gibbs_kw, *settings["sweeps"], split_merge=settings["split_merge"]
         )
-    print_table(
+    print_engine_table(
         f"{name} ({len(train)} train / {len(test)} test documents, vocabulary "
         f"{train.shape[1]:,}, λ0 = {concentration})",
         rows,
