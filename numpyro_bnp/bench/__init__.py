@@ -14,6 +14,9 @@ The families and the modules they run:
 
 * ``engines`` (``docs/engines.md``): the mixture and feature engines side by side on the same
   data (:mod:`~numpyro_bnp.bench.mixtures`, :mod:`~numpyro_bnp.bench.features`);
+* ``ribp`` (``docs/ribp.md``): the R-IBP filter's speed, held-out quality and binary data
+  (:mod:`~numpyro_bnp.bench.ribp_speed`, :mod:`~numpyro_bnp.bench.ribp_quality`,
+  :mod:`~numpyro_bnp.bench.ribp_binary`);
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -21,8 +24,14 @@ statistics, figures). Optional dependencies (scikit-learn, matplotlib, ``lda``) 
 by the parts that need them.
 """
 
-from numpyro_bnp.bench import engines
+from numpyro_bnp.bench import (
+    engines,
+    ribp,
+)
 
-FAMILIES = {"engines": engines}
+FAMILIES = {
+    "engines": engines,
+    "ribp": ribp,
+}
 
 __all__ = ["FAMILIES"]

@@ -1,32 +1,20 @@
-"""Benchmark of the R-IBP streaming filter on synthetic linear-Gaussian data.
+"""The R-IBP filter's held-out quality on synthetic linear-Gaussian data (``docs/ribp.md``).
 
-    python benchmarks/bench_ribp.py            # full run (a few minutes on 2 cores)
-    python benchmarks/bench_ribp.py --quick    # smaller N, fewer MCMC samples
-    python benchmarks/bench_ribp.py --quality  # only the held-out NLL table (section 3)
-    python benchmarks/bench_ribp.py --proposal # only the log_predictive bias check (section 4)
-    python benchmarks/bench_ribp.py --throughput --xla-default  # section 1, XLA's default loops
+The data are :func:`numpyro_bnp.bench.ribp_speed.synthetic`'s (``Z ~ IBP(α = 10, β = 1)``,
+``A_k ~ N(0, I_50)``, ``o_n = z_n A + N(0, 0.5² I)``). Sections of ``bench ribp``:
 
-The run calls :func:`numpyro_bnp.enable_cpu_loop_kernels` first (each CPU loop compiled into one
-kernel) unless ``--xla-default`` is given.
-
-Data: Z ~ IBP(α = 10, β = 1), A_k ~ N(0, I_50), o_n = z_n A + N(0, 0.5² I). Prints
-
-1. throughput (float32, D = 50) with 64 and 128 fixed slots, compile time, and a plain NumPy
-   implementation of the same step (Python loop over observations) as the naive reference;
-2. time and state memory vs N (capacity grows as features accumulate), peak RSS;
-3. held-out negative log predictive per observation (``--quality`` runs only this section,
-   a few minutes): at N = 200 and 10,000 training rows, the filter (importance-sampled, features
-   integrated out), the oracle (true features, exact IBP predictive given the true Z, by an
-   independent importance sampler that is checked against enumeration), NumPyro's
-   DiscreteHMCGibbs + NUTS on a truncated beta-Bernoulli version of the model (N = 200 only),
-   scikit-learn FactorAnalysis / PCA with K = min(true number of features, D - 1), and the number
-   of features each method keeps and recovers.
+3. held-out negative log predictive per observation (:func:`quality`): at N = 200 and 10,000
+   training rows, the filter (importance-sampled, features integrated out), the oracle (true
+   features, exact IBP predictive given the true Z, by an independent importance sampler that is
+   checked against enumeration, :func:`ibp_log_predictive`), NumPyro's DiscreteHMCGibbs + NUTS on
+   a truncated beta-Bernoulli version of the model (the first N only), scikit-learn
+   FactorAnalysis / PCA with K = min(true number of features, D - 1), and the number of features
+   each method keeps and recovers;
+4. the bias of the filter's ``log_predictive`` on a state that holds the true features
+   (:func:`proposal_bias`).
 """
 
-import argparse
 import functools
-import os
-import resource
 import time
 import warnings
 
@@ -35,169 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
 
-from numpyro_bnp import enable_cpu_loop_kernels
-from numpyro_bnp.distributions import RecursiveIBP
+from numpyro_bnp._report import Column, Table, print_table
+from numpyro_bnp.bench._common import discrete_hmc_gibbs
+from numpyro_bnp.bench.ribp_speed import ALPHA, BETA, DIM, KWARGS, SIGMA_A, SIGMA_O, synthetic
 from numpyro_bnp.infer import RIBPFilter
 from numpyro_bnp.models import linear_gaussian
 
-ALPHA, BETA, DIM, SIGMA_A, SIGMA_O = 10.0, 1.0, 50, 1.0, 0.5
-KWARGS = dict(num_obs=1, dim=DIM, mass=ALPHA, concentration=BETA, sigma_a=SIGMA_A, sigma_o=SIGMA_O)
-
-
-def synthetic(num_rows, seed=0):
-    """IBP feature matrix, true features and observations (float32)."""
-    capacity = 256
-    z = RecursiveIBP(ALPHA, BETA, num_rows=num_rows, max_features=capacity)
-    z = np.asarray(z.sample(random.PRNGKey(seed)), np.float32)
-    rng = np.random.default_rng(seed)
-    a = (SIGMA_A * rng.normal(size=(capacity, DIM))).astype(np.float32)
-    obs = z @ a + SIGMA_O * rng.normal(size=(num_rows, DIM)).astype(np.float32)
-    return z, a, obs.astype(np.float32)
-
-
-def throughput(obs, capacity, chunk=512, feature_update="paper"):
-    filt = RIBPFilter(linear_gaussian, max_features=capacity, feature_update=feature_update)
-    state = filt.init(random.PRNGKey(0), **KWARGS)
-    valid = np.ones(chunk, bool)
-    t0 = time.perf_counter()
-    compiled = filt.scan_chunk.lower(state, obs[:chunk], valid).compile()
-    compile_s = time.perf_counter() - t0
-    jax.block_until_ready(compiled(state, obs[:chunk], valid))
-    usable = len(obs) // chunk * chunk
-    t0 = time.perf_counter()
-    for i in range(0, usable, chunk):
-        state, _ = compiled(state, obs[i : i + chunk], valid)
-    jax.block_until_ready(state)
-    return usable / (time.perf_counter() - t0), compile_s
-
-
-def numpy_reference(obs, capacity, num_steps=3):
-    """The same step in plain NumPy, one observation at a time (prior, 3 sweeps, statistics).
-
-    Filtering prior from SciPy's Poisson CDF; isotropic Gaussian features; ossification.
-    """
-    from scipy.stats import poisson
-
-    lam = 1.0 / SIGMA_O**2
-    mean = np.zeros((capacity, DIM))
-    var = np.full((capacity, DIM), SIGMA_A**2)
-    running, exist = np.zeros(capacity), np.zeros(capacity)
-    k = np.arange(capacity)
-    eps = 1e-7
-    t0 = time.perf_counter()
-    for n, o in enumerate(obs):
-        rate = exist.sum()
-        new = ALPHA * BETA / (BETA + n)
-        created = poisson.cdf(k, rate) - poisson.cdf(k, rate + new)
-        q = np.clip(running / (BETA + n) + created, eps, 1 - eps)
-        logit0 = np.log(q) - np.log1p(-q)
-        b, mu0, var0 = q.copy(), mean.copy(), var.copy()
-        mu = mean.copy()
-        for step in range(num_steps):
-            resid = o - b @ mu
-            order = k if step % 2 == 0 else k[::-1]
-            for l in order:
-                r = resid + b[l] * mu[l]
-                v = 1.0 / (1.0 / var0[l] + b[l] * lam)
-                m = v * (mu0[l] / var0[l] + b[l] * lam * r)
-                tot = b[l] + running[l]
-                if tot > 0:
-                    mu[l] = (b[l] * m + running[l] * mu0[l]) / tot
-                    var[l] = (b[l] * v + running[l] * var0[l]) / tot
-                logit = logit0[l] + lam * mu[l] @ r - 0.5 * lam * (mu[l] @ mu[l] + var[l].sum())
-                b[l] = 0.5 * (1.0 + np.tanh(0.5 * logit))  # stable sigmoid
-                resid = r - b[l] * mu[l]
-        share = np.clip(1.0 - running / (BETA + n) / q, 0, 1)
-        exist = np.minimum(exist + b * share, 1 - eps)
-        running += b
-        mean = mu
-    return len(obs) / (time.perf_counter() - t0)
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--quality", action="store_true", help="run only section 3 (held-out NLL)")
-    parser.add_argument("--throughput", action="store_true", help="run only section 1")
-    parser.add_argument(
-        "--hmc-iters", type=int, help="warm-up (= sampling) iterations of the MCMC reference"
-    )
-    parser.add_argument(
-        "--proposal",
-        action="store_true",
-        help="only the bias of the filter's log_predictive on a state with the true features",
-    )
-    parser.add_argument(
-        "--sizes",
-        type=int,
-        nargs="+",
-        help=f"training sizes of section 3 (default {QUALITY_SIZES})",
-    )
-    parser.add_argument("--no-hmc", action="store_true", help="skip the MCMC reference")
-    parser.add_argument(
-        "--xla-default",
-        action="store_true",
-        help="keep XLA's default CPU loop compilation (no enable_cpu_loop_kernels)",
-    )
-    args = parser.parse_args()
-    if not args.xla_default:
-        enable_cpu_loop_kernels()
-    if args.proposal:
-        return proposal_bias(sizes=QUALITY_SIZES[:1] if args.quick else QUALITY_SIZES)
-    options = dict(
-        quick=args.quick, hmc_iters=args.hmc_iters, sizes=args.sizes, hmc=not args.no_hmc
-    )
-    if args.quality:
-        return quality(**options)
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    print(
-        f"backend {jax.default_backend()}, {jax.device_count()} device(s), float32, D={DIM}, "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
-    )
-    z_all, _, obs_all = synthetic(max(sizes) + 300)
-
-    print("\n== 1. throughput (fixed slots, chunks of 512, float32, D=50)")
-    print(
-        f"{'update':>9} {'slots':>6} {'obs/s':>10} {'compile s':>10} {'NumPy obs/s':>12} "
-        f"{'speed-up':>9}"
-    )
-    for capacity in (64, 128):
-        ref = numpy_reference(obs_all[:200].astype(np.float64), capacity)
-        for mode in ("paper", "memoized"):
-            with warnings.catch_warnings():  # the memoized births fill a fixed capacity
-                warnings.simplefilter("ignore", RuntimeWarning)
-                rate, compile_s = throughput(obs_all[:20_480], capacity, feature_update=mode)
-            print(
-                f"{mode:>9} {capacity:>6} {rate:>10,.0f} {compile_s:>10.2f} {ref:>12,.0f} "
-                f"{rate / ref:>8.0f}x"
-            )
-    print("NumPy: the paper's update, one observation at a time")
-    if args.throughput:
-        return None
-
-    print("\n== 2. time and memory vs N (capacity grows from 16 slots, chunks of 512)")
-    print(
-        f"{'N':>8} {'time s':>8} {'obs/s':>8} {'slots':>6} {'state KiB':>10} "
-        f"{'features':>9} {'true':>5} {'peak RSS MiB':>13}"
-    )
-    for n in sizes:
-        filt = RIBPFilter(linear_gaussian)
-        t0 = time.perf_counter()
-        res = filt.run(random.PRNGKey(0), obs_all[:n], chunk_size=512, progress_bar=False, **KWARGS)
-        jax.block_until_ready(res.state)
-        elapsed = time.perf_counter() - t0
-        kib = sum(np.asarray(x).nbytes for x in res.state) / 1024
-        truth = int((z_all[:n].sum(0) > 0).sum())
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(
-            f"{n:>8,} {elapsed:>8.1f} {n / elapsed:>8,.0f} {res.state.mean.shape[0]:>6} "
-            f"{kib:>10.1f} {res.traces['num_features'][-1]:>9.1f} {truth:>5} {rss:>13.0f}"
-        )
-
-    quality(**options)
-
-
-# ---------------------------------------------------------------------------- 3. held-out NLL
 QUALITY_SIZES = (200, 1_000, 10_000)  # training rows; the MCMC reference runs at the first
 MATCH_TOL = 0.3  # a true feature is recovered if a learned one is within 30 % of its norm
 
@@ -325,7 +156,6 @@ def hmc_gibbs(train, truncation, num_warmup, num_samples, seed=0):
     """
     import numpyro
     import numpyro.distributions as dist
-    from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs
 
     def truncated(obs):
         pi = numpyro.sample("pi", dist.Beta(ALPHA * BETA / truncation, BETA).expand([truncation]))
@@ -335,12 +165,7 @@ def hmc_gibbs(train, truncation, num_warmup, num_samples, seed=0):
             z = numpyro.sample("z", dist.Bernoulli(pi))
         numpyro.sample("obs", dist.Normal(z @ a, SIGMA_O).to_event(2), obs=obs)
 
-    kernel = DiscreteHMCGibbs(NUTS(truncated, max_tree_depth=6), modified=True)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, progress_bar=False)
-    t0 = time.perf_counter()
-    mcmc.run(random.PRNGKey(seed), jnp.asarray(train))
-    samples = jax.tree.map(np.asarray, mcmc.get_samples())
-    return samples, time.perf_counter() - t0
+    return discrete_hmc_gibbs(truncated, train, num_warmup, num_samples, seed)
 
 
 def num_matched(learned, truth):
@@ -497,20 +322,18 @@ def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
                 )
             )
 
-    print(
-        f"{'N':>6}  {'method':<40} {'NLL/obs':>8} {'Δ oracle ± s.e.':>16} "
-        f"{'found':>6} {'matched':>8} {'true':>5} {'fit s':>7}  note"
-    )
     oracles = {n: lp for n, name, lp, *_ in rows if name.startswith("oracle")}
+    columns = (
+        Column("N", 6, ","), Column("method", 40, align="<", gap="  "), Column("NLL/obs", 8, ".2f"),
+        Column("Δ oracle ± s.e.", 16), Column("found", 6), Column("matched", 8), Column("true", 5),
+        Column("fit s", 7, ".1f"), Column("note", align="<", gap="  "),
+    )  # fmt: skip
+    lines = []
     for n, name, lp, found, matched, true_k, seconds, note in rows:
         gap = oracles[n] - lp
         gap_txt = f"{gap.mean():7.2f} ± {gap.std(ddof=1) / np.sqrt(len(gap)):5.2f}"
-        found_txt = "-" if found is None else str(found)
-        matched_txt = "-" if matched is None else str(matched)
-        print(
-            f"{n:>6,}  {name:<40} {-lp.mean():>8.2f} {gap_txt:>16} {found_txt:>6} "
-            f"{matched_txt:>8} {true_k:>5} {seconds:>7.1f}  {note}"
-        )
+        lines.append((n, name, -lp.mean(), gap_txt, found, matched, true_k, seconds, note))
+    print_table(columns, lines)
     print(
         f"found: features the method keeps (filter: existence > 1/2; MCMC: columns used in the last"
         f" draw); matched: true features with a found one within {MATCH_TOL:.0%} of their norm;"
@@ -518,7 +341,6 @@ def quality(quick=False, hmc_iters=None, sizes=None, hmc=True):
     )
 
 
-# ---------------------------------------------------------------------------- 4. proposal bias
 def proposal_bias(sizes=QUALITY_SIZES, num_test=500, num_samples=2000, seed=1):
     """Section 4: bias of ``RIBPFilter.log_predictive`` on a state that holds the true features.
 
@@ -535,10 +357,13 @@ def proposal_bias(sizes=QUALITY_SIZES, num_test=500, num_samples=2000, seed=1):
         f"\n== 4. log_predictive bias on a state holding the true features ({num_test} test rows,"
         f" {num_samples} samples; filter minus reference, nats; 'own': the filter's own target)"
     )
-    print(
-        f"{'N':>6} {'mean':>8} {'median':>8} {'< -5':>5} {'< -1':>5} {'worst':>8}"
-        f" {'own mean':>9} {'own worst':>10} {'s':>6}"
-    )
+    columns = (
+        Column("N", 6, ","), Column("mean", 8, ".3f"), Column("median", 8, ".4f"),
+        Column("< -5", 5), Column("< -1", 5), Column("worst", 8, ".1f"),
+        Column("own mean", 9, ".3f"), Column("own worst", 10, ".1f"), Column("s", 6, ".1f"),
+    )  # fmt: skip
+    table = Table(columns)
+    table.header()
     for n in sizes:
         z_train = z_all[:n]
         used = z_train.sum(0) > 0
@@ -577,12 +402,8 @@ def proposal_bias(sizes=QUALITY_SIZES, num_test=500, num_samples=2000, seed=1):
         lp = np.asarray(jax.block_until_ready(lp), np.float64)
         seconds = time.perf_counter() - t0
         d, e = lp - oracle, lp - np.asarray(own, np.float64)
-        print(
-            f"{n:>6,} {d.mean():>8.3f} {np.median(d):>8.4f} {(d < -5).sum():>5} {(d < -1).sum():>5}"
-            f" {d.min():>8.1f} {e.mean():>9.3f} {e.min():>10.1f} {seconds:>6.1f}"
-        )
+        table.row(
+            n, d.mean(), np.median(d), int((d < -5).sum()), int((d < -1).sum()), d.min(),
+            e.mean(), e.min(), seconds,
+        )  # fmt: skip
     print("s: the filter's log_predictive, including compilation")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,4 @@
-"""Benchmark of the R-IBP filter on binary data: Bernoulli pixels with logits ``Z @ A + b``.
-
-    python benchmarks/bench_ribp_binary.py           # bars and binarized digits (minutes, 2 cores)
-    python benchmarks/bench_ribp_binary.py --quick   # fewer rows, no MCMC reference
-    python benchmarks/bench_ribp_binary.py --mnist   # also binarized MNIST (t10k images)
+"""The R-IBP filter on binary data: Bernoulli pixels with logits ``Z @ A + b`` (``docs/ribp.md``).
 
 The model is :func:`numpyro_bnp.models.binary_features` (``A_k ~ N(0, σ_A² I)``, IBP(α, 1)).
 Held-out log predictive per image (higher is better; the filters' by importance sampling over
@@ -15,28 +11,27 @@ Held-out log predictive per image (higher is better; the filters' by importance 
 * independent pixels (each pixel's training frequency), the model without features;
 * on bars, the oracle (the true bars, bias and feature probabilities) and NumPyro's
   ``DiscreteHMCGibbs`` + ``NUTS`` on the truncated model (``π_k ~ Beta(α/K, 1)``, the same
-  logistic likelihood and priors).
+  logistic likelihood and priors; not with ``--quick``).
 
-Sections: 1. bars (6 x 6 images, 12 bars, each in an image with probability 0.15, logits
-``6 z @ bars - 3``), over n, with the bars recovered (a learned feature within 30 % / 50 % of a
-bar's norm); 2. binarized digits (scikit-learn, pixels / 16 > 0.5, 1,597 training and 200
-test images), over n; 3. throughput of the memoized update (float32, digits); 4. (``--mnist``)
-binarized MNIST digits 1, 3, 5, 7, 9 from ``../shared/data/mnist``.
+Sections of ``bench ribp --binary``: 1. bars (6 x 6 images, 12 bars, each in an image with
+probability 0.15, logits ``6 z @ bars - 3``), over n, with the bars recovered (a learned feature
+within 30 % / 50 % of a bar's norm); 2. binarized digits (scikit-learn, pixels / 16 > 0.5, 1,597
+training and 200 test images), over n; 3. throughput of the memoized update (float32, digits);
+4. (``--mnist DIR``) binarized MNIST digits 1, 3, 5, 7, 9 (:func:`numpyro_bnp.datasets.mnist`).
 """
 
-import argparse
-import pathlib
 import time
 import warnings
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from jax import random
 from scipy.special import log_expit, logsumexp
 
-from numpyro_bnp import enable_cpu_loop_kernels
+from numpyro_bnp import datasets
+from numpyro_bnp._report import Column, Table
+from numpyro_bnp.bench._common import discrete_hmc_gibbs
+from numpyro_bnp.bench.ribp_speed import rows_per_second
 from numpyro_bnp.infer import RIBPFilter, streaming
 from numpyro_bnp.models import binary_features
 
@@ -116,7 +111,6 @@ def hmc_gibbs(train, test, truncation, iters, mass, sigma_a, seed=0):
     """NumPyro ``DiscreteHMCGibbs(NUTS)`` on the truncated model; posterior-predictive score
     of ``test`` from 30 draws (each by Monte Carlo over ``z ~ Bernoulli(π)``) and seconds."""
     import numpyro
-    from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs
 
     def truncated(obs):
         pi = numpyro.sample("pi", dist.Beta(mass / truncation, 1.0).expand([truncation]))
@@ -126,12 +120,7 @@ def hmc_gibbs(train, test, truncation, iters, mass, sigma_a, seed=0):
             z = numpyro.sample("z", dist.Bernoulli(pi))
         numpyro.sample("obs", dist.Bernoulli(logits=z @ a + bias).to_event(2), obs=obs)
 
-    kernel = DiscreteHMCGibbs(NUTS(truncated, max_tree_depth=6), modified=True)
-    mcmc = MCMC(kernel, num_warmup=iters, num_samples=iters, progress_bar=False)
-    t0 = time.perf_counter()
-    mcmc.run(random.PRNGKey(seed), jnp.asarray(train))
-    samples = jax.tree.map(np.asarray, mcmc.get_samples())
-    seconds = time.perf_counter() - t0
+    samples, seconds = discrete_hmc_gibbs(truncated, train, iters, iters, seed)
     rng = np.random.default_rng(seed)
     per_draw = []
     for s in np.linspace(0, iters - 1, 30).astype(int):
@@ -143,18 +132,18 @@ def hmc_gibbs(train, test, truncation, iters, mass, sigma_a, seed=0):
     return score, samples["A"][-1][last], seconds
 
 
-def row(name, n, scores, found="", recovered="", seconds=None):
+COLUMNS = (
+    Column("n", 6), Column("method", 44, align="<"), Column("log p/img", 9, ".2f"),
+    Column("s.e.", 6, ".2f"), Column("feats", 6), Column("bars 30/50%", 9),
+    Column("fit s", 8, ".1f"),
+)  # fmt: skip
+TABLE = Table(COLUMNS)
+
+
+def row(name, n, scores, found="", recovered="", seconds=""):
+    """One row of the table: the mean of the per-image ``scores`` and its standard error."""
     s = np.asarray(scores, np.float64)
-    se = s.std(ddof=1) / np.sqrt(s.size)
-    sec = "" if seconds is None else f"{seconds:8.1f}"
-    print(f"{n:>6} {name:<44} {s.mean():9.2f} {se:6.2f} {found!s:>6} {recovered!s:>9} {sec:>8}")
-
-
-def header():
-    print(
-        f"{'n':>6} {'method':<44} {'log p/img':>9} {'s.e.':>6} {'feats':>6} "
-        f"{'bars 30/50%':>9} {'fit s':>8}"
-    )
+    TABLE.row(n, name, s.mean(), s.std(ddof=1) / np.sqrt(s.size), found, recovered, seconds)
 
 
 def filter_rows(train, test, sizes, truth=None, paper=True, **model_kwargs):
@@ -190,7 +179,7 @@ def bars_section(quick):
         "\n== 1. bars: 6 x 6 images, 12 bars (each w.p. 0.15), logits 6 z @ bars - 3; "
         "500 test images"
     )
-    header()
+    TABLE.header()
     rng = np.random.default_rng(1)
     zs = (rng.random((20_000, 12)) < 0.15).astype(float)
     oracle = mixture_score(test, zs @ features - 3.0, -np.log(len(zs)))
@@ -205,18 +194,15 @@ def bars_section(quick):
 
 
 def digits_section(quick):
-    from sklearn.datasets import load_digits
-
-    images = (load_digits().data / 16.0 > 0.5).astype(np.float32)
-    order = np.random.default_rng(0).permutation(len(images))
-    test, train = images[order[-200:]], images[order[:-200]]
+    images = (datasets.digits()[0] / 16.0 > 0.5).astype(np.float32)
+    train, test = datasets.shuffled_split(images, 200, held_out="last")
     sizes = [160, 480] if quick else [160, 480, len(train)]
     train = train[: sizes[-1]]
     print(
         f"\n== 2. binarized digits (8 x 8, pixels / 16 > 0.5): {len(train)} training, "
         "200 test images"
     )
-    header()
+    TABLE.header()
     filter_rows(train, test, sizes, mass=3.0, sigma_a=2.0)
     return train
 
@@ -224,7 +210,6 @@ def digits_section(quick):
 def throughput_section(train):
     print("\n== 3. throughput (images/s, float32, D = 64, fixed slots, chunks of 512)")
     obs = np.tile(train, (-(-4096 // len(train)), 1))[:4096]
-    valid = np.ones(512, bool)
     for capacity in (32, 64):
         rates = {}
         for mode, bias in (("memoized", BIAS_PRIOR), ("paper", data_logits(train))):
@@ -232,52 +217,31 @@ def throughput_section(train):
             state = filt.init(
                 random.PRNGKey(0), num_obs=1, dim=64, mass=3.0, sigma_a=2.0, bias=bias
             )
-            compiled = filt.scan_chunk.lower(state, obs[:512], valid).compile()
-            jax.block_until_ready(compiled(state, obs[:512], valid))
-            t0 = time.perf_counter()
-            for i in range(0, len(obs), 512):
-                state, _ = compiled(state, obs[i : i + 512], valid)
-            jax.block_until_ready(state)
-            rates[mode] = len(obs) / (time.perf_counter() - t0)
+            rates[mode] = rows_per_second(filt, state, obs)[0]
         print(
             f"   {capacity} slots: memoized {rates['memoized']:,.0f}, paper's update "
             f"{rates['paper']:,.0f} (ratio {rates['memoized'] / rates['paper']:.2f})"
         )
 
 
-def mnist_section(num_images):
-    import gzip
-
-    root = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"
-    with gzip.open(root / "t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
-    with gzip.open(root / "t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+def mnist_section(folder, num_images):
+    """Section 4: the MNIST test images of ``folder`` (:func:`numpyro_bnp.datasets.mnist`)."""
+    images, labels = datasets.mnist(folder)
     keep = np.isin(labels, [1, 3, 5, 7, 9])
     images = (images[keep] > 127).astype(np.float32)
-    order = np.random.default_rng(0).permutation(len(images))
-    test, train = images[order[:500]], images[order[500 : 500 + num_images]]
+    train, test = datasets.shuffled_split(images, 500, num_images)
     sizes = [500, 2000, num_images]
     print(
         f"\n== 4. binarized MNIST (digits 1 3 5 7 9, > 127): {len(train)} training, 500 test images"
     )
-    header()
+    TABLE.header()
     filter_rows(train, test, sizes, paper=False, mass=10.0, sigma_a=2.0)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--mnist", action="store_true")
-    parser.add_argument("--mnist-images", type=int, default=5000)
-    args = parser.parse_args()
-    enable_cpu_loop_kernels()
-    bars_section(args.quick)
-    train = digits_section(args.quick)
+def binary_sections(quick, mnist=None, mnist_images=5000):
+    """Sections 1 to 3, and 4 on the MNIST files in the folder ``mnist`` (if given)."""
+    bars_section(quick)
+    train = digits_section(quick)
     throughput_section(train)
-    if args.mnist:
-        mnist_section(args.mnist_images)
-
-
-if __name__ == "__main__":
-    main()
+    if mnist is not None:
+        mnist_section(mnist, mnist_images)
