@@ -17,6 +17,9 @@ The families and the modules they run:
 * ``ribp`` (``docs/ribp.md``): the R-IBP filter's speed, held-out quality and binary data
   (:mod:`~numpyro_bnp.bench.ribp_speed`, :mod:`~numpyro_bnp.bench.ribp_quality`,
   :mod:`~numpyro_bnp.bench.ribp_binary`);
+* ``crm_slice`` (``docs/crm_slice.md``): the CRM slice sampler's scaling, real data and
+  tempering (:mod:`~numpyro_bnp.bench.crm_slice_scaling`,
+  :mod:`~numpyro_bnp.bench.crm_slice_digits`, :mod:`~numpyro_bnp.bench.crm_tempering`);
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -25,6 +28,7 @@ by the parts that need them.
 """
 
 from numpyro_bnp.bench import (
+    crm_slice,
     engines,
     ribp,
 )
@@ -32,6 +36,7 @@ from numpyro_bnp.bench import (
 FAMILIES = {
     "engines": engines,
     "ribp": ribp,
+    "crm_slice": crm_slice,
 }
 
 __all__ = ["FAMILIES"]
