@@ -20,6 +20,9 @@ The families and the modules they run:
 * ``crm_slice`` (``docs/crm_slice.md``): the CRM slice sampler's scaling, real data and
   tempering (:mod:`~numpyro_bnp.bench.crm_slice_scaling`,
   :mod:`~numpyro_bnp.bench.crm_slice_digits`, :mod:`~numpyro_bnp.bench.crm_tempering`);
+* ``nrm`` (``docs/nrm.md``): ADF / EP against a NumPy reference, and the NGGP prior
+  (:mod:`~numpyro_bnp.bench.nrm_rows`, :mod:`~numpyro_bnp.bench.nrm_reference`,
+  :mod:`~numpyro_bnp.bench.nrm_corpus`, :mod:`~numpyro_bnp.bench.nggp`);
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -30,6 +33,7 @@ by the parts that need them.
 from numpyro_bnp.bench import (
     crm_slice,
     engines,
+    nrm,
     ribp,
 )
 
@@ -37,6 +41,7 @@ FAMILIES = {
     "engines": engines,
     "ribp": ribp,
     "crm_slice": crm_slice,
+    "nrm": nrm,
 }
 
 __all__ = ["FAMILIES"]

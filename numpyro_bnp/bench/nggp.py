@@ -1,36 +1,25 @@
-"""Benchmark: NGGP EPPF evaluation and partition sampling, CRM series sampling.
+"""The NGGP prior's EPPF and partition sampling and the CRM series against SciPy/NumPy.
 
-Compares ``numpyro_bnp`` (JAX, jitted, float64) with a straightforward SciPy/NumPy
-implementation written here: the EPPF via ``scipy.integrate.quad`` of the U-integral (spec
-``nrm_adf_ep.md`` §2.2) and the urn as a Python loop calling that quadrature at every item.
-Times exclude JAX compilation (one warm-up call). Prints a table of times and ratios.
-
-Run: ``python benchmarks/bench_nggp.py [--quick]``
+``numpyro_bnp`` (JAX, jitted, float64) against a straightforward SciPy/NumPy implementation
+written here: the EPPF via ``scipy.integrate.quad`` of the U-integral (docs/nrm.md; James,
+Lijoi & Prünster 2009) and the urn as a Python loop calling that quadrature at every item; the
+gamma process's inverse-Lévy atoms by SciPy root finding. Times exclude JAX compilation (the
+first call, :func:`numpyro_bnp._report.timed`); a table of times and ratios.
 """
-
-import argparse
-import time
 
 import jax
 import numpy as np
 from jax import random
 from scipy import integrate, optimize, special
 
-jax.config.update("jax_enable_x64", True)
-
-from numpyro_bnp.distributions import (  # noqa: E402
-    NGGP,
-    BetaProcess,
-    GammaProcess,
-    GeneralizedGammaProcess,
-)
+from numpyro_bnp._report import Column, median_seconds, print_table, timed
 
 MASS, SIGMA, TAU = 2.0, 0.3, 1.0
 
 
-# ------------------------------------------------------------------ SciPy / NumPy reference
 def scipy_log_v(n, k, a=MASS, s=SIGMA, t=TAU):
-    """log V_{n,k} by scipy.integrate.quad in x = log u around the mode (spec §2.2)."""
+    """log V_{n,k} of the NGGP(a, σ, τ) by scipy.integrate.quad in x = log u around the mode of
+    the integrand of the U-integral (James, Lijoi & Prünster 2009)."""
 
     def g(x):
         return (
@@ -50,6 +39,7 @@ def scipy_log_v(n, k, a=MASS, s=SIGMA, t=TAU):
 
 
 def scipy_log_eppf(labels):
+    """log EPPF of ``labels`` ``(n,)``: log V_{n,K} + Σ_k log((1 − σ)_{n_k − 1})."""
     sizes = np.bincount(labels)
     sizes = sizes[sizes > 0]
     factors = special.gammaln(sizes - SIGMA) - special.gammaln(1 - SIGMA)
@@ -86,33 +76,26 @@ def numpy_inverse_levy_gamma(rng, truncation, mass=2.0, rate=1.0):
     )
 
 
-# ------------------------------------------------------------------ timing helpers
-def timed(fun, repeat=1):
-    best = np.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = fun()
-        jax.block_until_ready(out)
-        best = min(best, time.perf_counter() - start)
-    return best
+def bench_nggp(quick=False):
+    """The table: n up to 10^5 (10^4 with ``quick``), the series at truncation 200."""
+    from numpyro_bnp.distributions import NGGP, BetaProcess, GammaProcess, GeneralizedGammaProcess
 
-
-def main(quick=False):
+    jax.config.update("jax_enable_x64", True)
     sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
     rows = []
     for n in sizes:
         d = NGGP(MASS, SIGMA, TAU, num_points=n)
         sample = jax.jit(lambda key, d=d: d.sample(key))
         log_prob = jax.jit(lambda z, d=d: d.log_prob(z))
-        z = sample(random.PRNGKey(0))
-        log_prob(z).block_until_ready()
-        t_eppf = timed(lambda z=z, f=log_prob: f(z), 3)
-        t_sample = timed(lambda f=sample: f(random.PRNGKey(1)))
+        z = sample(random.PRNGKey(0))  # compiles the sampler
+        t_eppf = timed(lambda _, z=z, f=log_prob: f(z)).seconds
+        t_sample = median_seconds(lambda f=sample: f(random.PRNGKey(1)))[0]
         z_np = np.asarray(z)
-        t_eppf_ref = timed(lambda z_np=z_np: scipy_log_eppf(z_np))
+        t_eppf_ref = median_seconds(lambda z_np=z_np: scipy_log_eppf(z_np))[0]
         assert abs(scipy_log_eppf(z_np) - float(log_prob(z))) < 1e-6 * abs(float(log_prob(z)))
         ref_n = min(n, 1_000)  # the Python-loop urn is timed on 1000 items and scaled
-        t_ref = timed(lambda m=ref_n: numpy_urn(np.random.default_rng(0), m)) * n / ref_n
+        urn = median_seconds(lambda m=ref_n: numpy_urn(np.random.default_rng(0), m))[0]
+        t_ref = urn * n / ref_n
         rows.append(("EPPF log_prob", n, t_eppf, t_eppf_ref))
         rows.append(("partition sample", n, t_sample, t_ref))
     truncation = 200
@@ -136,31 +119,22 @@ def main(quick=False):
         for rep in reps:
             draws = jax.jit(jax.vmap(lambda k, p=process, r=rep: p.series(k, truncation, r)))
             keys = random.split(random.PRNGKey(0), 100)
-            draws(keys).block_until_ready()
-            t = timed(lambda f=draws, keys=keys: f(keys), 3)
-            ref = np.nan
-            if name.startswith("gamma") and rep == "inverse_levy":
+            t = timed(lambda _, f=draws, keys=keys: f(keys)).seconds
+            ref = None
+            if name.startswith("gamma") and rep == "inverse_levy":  # 5 draws, scaled to 100
                 ref = (
-                    timed(
+                    20
+                    * median_seconds(
                         lambda: [
                             numpy_inverse_levy_gamma(np.random.default_rng(i), truncation)
                             for i in range(5)
                         ]
-                    )
-                    * 20
+                    )[0]
                 )
             rows.append((f"series {name} {rep} (100 x {truncation})", truncation, t, ref))
-
-    print(f"{'task':52s} {'n':>8s} {'numpyro_bnp [s]':>16s} {'SciPy/NumPy [s]':>16s} {'ratio':>8s}")
-    for task, n, t, ref in rows:
-        ratio = ref / t if np.isfinite(ref) else np.nan
-        ref_s = f"{ref:16.4f}" if np.isfinite(ref) else f"{'-':>16s}"
-        ratio_s = f"{ratio:8.1f}" if np.isfinite(ratio) else f"{'-':>8s}"
-        print(f"{task:52s} {n:8d} {t:16.4f} {ref_s} {ratio_s}")
+    columns = (
+        Column("task", 52, align="<"), Column("n", 8, "d"), Column("numpyro_bnp [s]", 16, ".4f"),
+        Column("SciPy/NumPy [s]", 16, ".4f"), Column("ratio", 8, ".1f"),
+    )  # fmt: skip
+    print_table(columns, [(*row, None if row[3] is None else row[3] / row[2]) for row in rows])
     print("SciPy urn times for n > 1000 are the 1000-item time scaled linearly (a lower bound).")
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="n up to 1e4 only")
-    main(parser.parse_args().quick)

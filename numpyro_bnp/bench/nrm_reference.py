@@ -1,12 +1,18 @@
-"""The naive reference of ``bench_nrm.py``: the ADF-NRM step for Dirichlet–multinomial
-documents written independently in NumPy/SciPy (Tank, Foti & Fox 2015, Section 3; ``docs/nrm.md``),
-its brute-force check, and the scoring helpers both sides share."""
+"""The naive reference of ``bench nrm``: the ADF-NRM step for Dirichlet–multinomial documents
+written independently in NumPy/SciPy (Tank, Foti & Fox 2015, Section 3; ``docs/nrm.md``), its
+brute-force check, the scoring helpers both sides share, and ``--selfcheck`` (:func:`selfcheck`).
+"""
 
 import time
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln, logsumexp
+
+from numpyro_bnp._report import Column, Table
+from numpyro_bnp.bench.nrm_corpus import SYN_CONCENTRATION, SYN_DISCOUNT, pitman_yor_labels
+
+TAU = 1.0
 
 
 def dm_log_marginals(test, stats, lam0):
@@ -60,7 +66,6 @@ def mixture_proba(log_marginals, log_weights):
     return np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
 
 
-# ============================================================================ NumPy reference
 def log_mode_u(m, k_bar, mass, sigma, tau, s0=0.0, tol=1e-12, max_iter=200):
     """Û = exp(s*), s* the root of h'(s) = 0 (paper §3.3; docs/nrm.md §3.4), the mode of log U.
 
@@ -232,3 +237,146 @@ def brute_force_adf(docs, mass, sigma, tau, lam0, threshold):
     k = len(rows[-1])
     hist = np.array([np.pad(r, (0, k - len(r))) for r in rows])
     return hist, float(np.sum(1.0 - np.prod(1.0 - hist, axis=0)))
+
+
+def _tiny_corpus(seed, num_docs=14, vocab=6):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(np.full(vocab, 0.3), size=3)
+    z = rng.integers(0, 3, num_docs)
+    return np.array([rng.multinomial(rng.integers(2, 7), topics[k]) for k in z])
+
+
+def selfcheck():
+    """Brute-force checks of the reference and of the scoring; returns the number of failures."""
+    from scipy.stats import dirichlet_multinomial
+
+    failures = 0
+    lines = Table(
+        (Column("", 4, align="<"), Column("check", 72, align="<"), Column("error", 8, ".2e"),
+         Column("", align="<"))
+    )  # fmt: skip
+
+    def report(name, err, tol):
+        nonlocal failures
+        ok = err <= tol
+        failures += not ok
+        lines.row("ok" if ok else "FAIL", name, err, f"(tol {tol:g})")
+
+    # 1. the ADF step against the recomputation from the full history
+    for sigma, threshold in ((0.0, 0.2), (0.0, 0.05), (0.5, 0.5), (0.3, 0.35)):
+        for seed in range(3):
+            docs = _tiny_corpus(seed)
+            ref = NumpyADF(docs.shape[1], 1.3, sigma, TAU, 0.4, threshold, capacity=2)
+            resp = [ref.step(np.flatnonzero(x), x[x > 0].astype(float)) for x in docs]
+            k = ref.num_clusters
+            mine = np.array([np.pad(r, (0, k - len(r))) for r in resp])
+            brute, k_bar = brute_force_adf(docs, 1.3, sigma, TAU, 0.4, threshold)
+            err = np.inf if brute.shape != mine.shape else np.abs(brute - mine).max()
+            tag = "Lin 2013 (σ = 0)" if sigma == 0 else f"σ = {sigma}"
+            tol = 1e-10 if sigma == 0 else 1e-7  # the brute force's Û: bounded search, 1e-10 in s
+            report(
+                f"responsibilities vs brute force, {tag}, ε = {threshold}, seed {seed}"
+                f" (K {k} of {len(docs)})",
+                err,
+                tol,
+            )
+            report(
+                f"  E[K_n] recursion vs 1 − Π(1 − r), {tag}, seed {seed}",
+                abs(ref.expected_k - k_bar),
+                tol,
+            )
+
+    # 2. Û: the spec's plug-in value, τ = 0 closed form, bracketing by a scalar root finder
+    s = log_mode_u(6, 3, 1.0, 0.5, 1.0)
+    w = np.sqrt(np.exp(s) + 1.0)
+    report(
+        "p(new) plug-in, (a, σ, τ) = (1, .5, 1), m = 6, K = 3: 0.36353013",
+        abs(w / (4.5 + w) - 0.36353013),
+        1e-8,
+    )
+    for m, k_bar, a, sigma in ((10, 4.2, 2.0, 0.5), (300, 40.0, 0.7, 0.25), (5, 5.0, 1.0, 0.9)):
+        s = log_mode_u(m, k_bar, a, sigma, 0.0)
+        report(
+            f"τ = 0: a Û^σ = K̄σ (m={m}, K̄={k_bar}, a={a}, σ={sigma})",
+            abs(a * np.exp(sigma * s) - k_bar * sigma),
+            1e-9,
+        )
+    from scipy.optimize import brentq
+
+    for m, k_bar, a, sigma, tau in (
+        (1, 1.0, 1.0, 0.5, 1.0),
+        (1000, 80.0, 1.0, 0.5, 1.0),
+        (50, 20, 3.0, 0.75, 0.1),
+    ):
+
+        def dh(s, m=m, k_bar=k_bar, a=a, sigma=sigma, tau=tau):
+            u = np.exp(s)
+            return m - (m - k_bar * sigma) * u / (u + tau) - a * u * (u + tau) ** (sigma - 1)
+
+        root = brentq(dh, -50, 50, xtol=1e-13)
+        report(
+            f"Newton vs brentq for h'(s) = 0 (m={m}, K̄={k_bar}, a={a}, σ={sigma}, τ={tau})",
+            abs(log_mode_u(m, k_bar, a, sigma, tau, s0=40.0) - root),
+            1e-8,
+        )
+
+    # 3. held-out scoring: sparse marginals vs SciPy's pmf; mixture vs probability space
+    rng = np.random.default_rng(7)
+    test = rng.poisson(0.8, (9, 7))
+    test[0] = 0
+    test[0, 3] = 5
+    stats = rng.gamma(0.5, 2.0, (4, 7)) * (rng.random((4, 7)) < 0.5)
+    lam0 = 0.3
+    lm = dm_log_marginals(test, sp.csr_matrix(stats), lam0)
+    alphas = np.vstack([lam0 + stats, np.full(7, lam0)])
+    direct = np.array([[dirichlet_multinomial.logpmf(x, a, x.sum()) for a in alphas] for x in test])
+    report(
+        "sparse Dirichlet–multinomial log marginals vs scipy.stats.dirichlet_multinomial",
+        np.abs(lm - direct).max(),
+        1e-10,
+    )
+    log_w = np.log(rng.random(5))
+    mix = mixture_log_predictive(lm, log_w)
+    w = np.exp(log_w) / np.exp(log_w).sum()
+    report(
+        "mixture log predictive vs log(Σ_k w_k p_k) in probability space",
+        np.abs(mix - np.log(np.exp(direct) @ w)).max(),
+        1e-10,
+    )
+    proba = mixture_proba(lm, log_w)
+    report(
+        "predict_proba vs w_k p_k / Σ w p",
+        np.abs(proba - np.exp(direct) * w / (np.exp(direct) @ w)[:, None]).max(),
+        1e-12,
+    )
+
+    docs = _tiny_corpus(3, num_docs=30)
+    for sigma in (0.0, 0.5):
+        ref = NumpyADF(6, 1.3, sigma, TAU, 0.4, 0.5).fit(docs)
+        held = _tiny_corpus(4, num_docs=8)
+        log_w = ref.log_weights()
+        weights = np.exp(log_w - log_w.max())
+        weights /= weights.sum()
+        alphas = np.vstack([0.4 + ref.stats[: ref.num_clusters], np.full(6, 0.4)])
+        p = np.array([[dirichlet_multinomial.pmf(x, a, x.sum()) for a in alphas] for x in held])
+        report(
+            f"NumpyADF.log_predictive vs probability space from its state, σ = {sigma}",
+            np.abs(ref.log_predictive(held) - np.log(p @ weights)).max(),
+            1e-10,
+        )
+
+    # 4. the Pitman–Yor CRP sampler: mean number of clusters vs the exact E[K_n]
+    n, draws = 1000, 40
+    rng = np.random.default_rng(0)
+    mean_k = np.mean(
+        [pitman_yor_labels(n, SYN_DISCOUNT, SYN_CONCENTRATION, rng).max() + 1 for _ in range(draws)]
+    )
+    c, d = SYN_CONCENTRATION, SYN_DISCOUNT
+    exact = c / d * (np.exp(gammaln(c + d + n) - gammaln(c + d) - gammaln(c + n) + gammaln(c)) - 1)
+    report(
+        f"PY(0.75, 1) CRP: |mean K_1000 / E[K_1000] − 1| over {draws} draws (E[K] {exact:.1f})",
+        abs(mean_k - exact) / exact,
+        0.03,
+    )
+    print("all checks passed" if failures == 0 else f"{failures} check(s) FAILED")
+    return failures
