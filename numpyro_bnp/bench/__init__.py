@@ -23,6 +23,7 @@ The families and the modules they run:
 * ``nrm`` (``docs/nrm.md``): ADF / EP against a NumPy reference, and the NGGP prior
   (:mod:`~numpyro_bnp.bench.nrm_rows`, :mod:`~numpyro_bnp.bench.nrm_reference`,
   :mod:`~numpyro_bnp.bench.nrm_corpus`, :mod:`~numpyro_bnp.bench.nggp`);
+* ``power_prior`` (``docs/power_prior.md``): power-prior streaming VB on drifting streams;
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -34,6 +35,7 @@ from numpyro_bnp.bench import (
     crm_slice,
     engines,
     nrm,
+    power_prior,
     ribp,
 )
 
@@ -42,6 +44,7 @@ FAMILIES = {
     "ribp": ribp,
     "crm_slice": crm_slice,
     "nrm": nrm,
+    "power_prior": power_prior,
 }
 
 __all__ = ["FAMILIES"]

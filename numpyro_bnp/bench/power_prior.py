@@ -1,9 +1,9 @@
-r"""Benchmark of power-prior streaming VB for DP mixtures on two drifting streams.
+r"""Power-prior streaming VB for DP mixtures on two drifting streams (docs/power_prior.md).
 
-    python benchmarks/bench_power_prior.py                   # both streams, 20 batches each
-    python benchmarks/bench_power_prior.py --quick           # smoke run: synthetic, 8 batches
-    python benchmarks/bench_power_prior.py --quick --stream both   # ... and digits (+45 s)
-    python benchmarks/bench_power_prior.py --stream digits --no-figures
+    python -m numpyro_bnp bench power_prior                  # both streams, 20 batches each
+    python -m numpyro_bnp bench power_prior --quick          # smoke run: synthetic, 8 batches
+    python -m numpyro_bnp bench power_prior --quick --stream both   # ... and digits (+45 s)
+    python -m numpyro_bnp bench power_prior --stream digits --figures docs/figures
 
 Engine: :class:`numpyro_bnp.infer.PowerPriorSVB` (Casado & Pérez, ICDM 2022; each batch fitted
 by collapsed variational inference, Kurihara, Welling & Teh 2007, against a power prior of the
@@ -71,10 +71,11 @@ batches over that of the first 5 (growth), compile time, warnings), the held-out
 LL and ARI per batch and method, E[ρ] per batch for HPP and MHPP (MHPP: the mean over the
 components, the mean weighted by the batch's expected counts, and the least over the components
 holding at least 1 % of the batch), the scores around each change, and the issue's targets with
-PASS / FAIL. Figures (unless ``--no-figures``): ``docs/figures/power_prior_forgetting_<stream>.png``
-(:func:`numpyro_bnp.plots.plot_forgetting` of HPP and MHPP, dotted lines at the changes),
-``docs/figures/power_prior_heldout_<stream>.png`` (held-out and next-batch LL per batch, all
-methods) and, with both streams, ``docs/figures/power_prior_forgetting.png`` (both side by side).
+PASS / FAIL. Figures (with ``--figures DIR``; the committed ones are in ``docs/figures``):
+``power_prior_forgetting_<stream>.png`` (:func:`numpyro_bnp.plots.plot_forgetting` of HPP and
+MHPP, dotted lines at the changes), ``power_prior_heldout_<stream>.png`` (held-out and
+next-batch LL per batch, all methods) and, with both streams, ``power_prior_forgetting.png``
+(both side by side).
 
 Targets (the issue's): HPP and MHPP at or above the best scikit-learn variant in mean held-out
 LL on both streams; no batch after a change stuck on the old clusters (here: at a change batch
@@ -86,15 +87,25 @@ stream; a time per batch that does not grow (last-5 / first-5 below 1.5, while t
 refit's grows). Deterministic: every random draw is seeded (``--seed``, default 0).
 """
 
-import argparse
-import pathlib
+import os
 import time
 import warnings
 from typing import NamedTuple
 
 import numpy as np
 
-FIGURES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "figures"
+from numpyro_bnp import datasets
+from numpyro_bnp._report import Column, Table, median_seconds, print_table
+from numpyro_bnp.bench._common import pyplot, save_figure
+
+HELP = (
+    "The full run (both streams, 20 batches of 1,000 train / 500 test points) takes about 13 "
+    "minutes on 2 cores; --quick: 8 batches of 200 / 100 points, the events at the same relative "
+    "places, only the synthetic stream unless --stream is given (about a minute, most of it the "
+    "five engines' compilations; the digits stream adds about 45 s)."
+)
+QUICK_HELP = "8 batches of 200 / 100 points (see below)"
+CPU_LOOP_KERNELS = False
 NUM_BATCHES, QUICK_BATCHES = 20, 8
 GAMMA = 0.1  # the truncated-exponential prior of ρ (E[ρ | γ] = 0.508)
 PRIOR_FRACTION = 0.25  # E[Λ]^{-1}: this fraction of the first batch's covariance
@@ -174,11 +185,10 @@ def synthetic_stream(num_batches, num_train, num_test, seed):
 
 def digits_stream(num_batches, num_train, num_test, seed):
     """scikit-learn's digits, PCA to 20 dims, 6–10 random classes per batch, noise later on."""
-    from sklearn.datasets import load_digits
     from sklearn.decomposition import PCA
 
-    digits = load_digits()
-    pixels, labels = digits.data / 16.0, digits.target
+    counts, labels = datasets.digits()
+    pixels = counts / 16.0
     pca = PCA(DIG_DIM, random_state=0).fit(pixels)  # fitted once on all the clean images
     split = np.random.default_rng(0)
     pools = {"train": {}, "test": {}}
@@ -274,9 +284,7 @@ def _clustering(labels, truth):
 def _timed_update(engine, state, batch, caught):
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        start = time.perf_counter()
-        new, info = engine.update(state, batch)
-        seconds = time.perf_counter() - start  # update returns host-checked (blocked) values
+        seconds, (new, info) = median_seconds(lambda: engine.update(state, batch))
     caught.extend(got)
     return new, info, seconds
 
@@ -346,9 +354,7 @@ def run_sklearn(label, mode, stream, bgm_kwargs):
         data = np.concatenate(stream.train[: t + 1]) if mode == "cumulative" else stream.train[t]
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always", ConvergenceWarning)
-            start = time.perf_counter()
-            fresh.fit(data)
-            out["s"][t] = time.perf_counter() - start
+            out["s"][t] = median_seconds(lambda fresh=fresh, data=data: fresh.fit(data))[0]
         notes += [(t + 1, str(w.message)) for w in got if issubclass(w.category, Warning)]
         model = fresh
         out["ll"][t] = model.score_samples(test).mean()
@@ -372,21 +378,26 @@ def print_summary(stream, records):
         f"{len(stream.test[0]):,} test points, D = {stream.train[0].shape[1]}, "
         f"T = {stream.truncation}, α = {stream.mass:g}; changes at batches {stream.changes}"
     )
-    print(
-        f"{'method':<11} {'LL':>8} {'LL next':>8} {'ARI':>6} {'NMI':>6} {'clusters':>8} "
-        f"{'s/batch':>8} {'first ' + str(k):>8} {'last ' + str(k):>8} {'growth':>7} "
-        f"{'compile':>8} {'iters':>6} {'rounds':>6} {'warn.':>5}"
-    )
-    for r in records:
-        comp = "-" if np.isnan(r.compile_s) else f"{r.compile_s:.1f}"
-        rounds = "-" if np.isnan(r.rounds).all() else f"{r.rounds.mean():.1f}"
-        print(
-            f"{r.label:<11} {r.ll.mean():>8.3f} {np.nanmean(r.ll_next):>8.3f} "
-            f"{r.ari.mean():>6.3f} {r.nmi.mean():>6.3f} {r.clusters.mean():>8.1f} "
-            f"{r.seconds.mean():>8.3f} {r.seconds[:k].mean():>8.3f} {r.seconds[-k:].mean():>8.3f} "
-            f"{_growth(r.seconds):>7.2f} {comp:>8} {r.iters.mean():>6.1f} {rounds:>6} "
-            f"{len(r.warnings):>5}"
-        )
+    columns = (
+        Column("method", 11, align="<"), Column("LL", 8, ".3f"), Column("LL next", 8, ".3f"),
+        Column("ARI", 6, ".3f"), Column("NMI", 6, ".3f"), Column("clusters", 8, ".1f"),
+        Column("s/batch", 8, ".3f"), Column(f"first {k}", 8, ".3f"),
+        Column(f"last {k}", 8, ".3f"), Column("growth", 7, ".2f"), Column("compile", 8, ".1f"),
+        Column("iters", 6, ".1f"), Column("rounds", 6, ".1f"), Column("warn.", 5),
+    )  # fmt: skip
+    print_table(
+        columns,
+        [
+            (
+                r.label, r.ll.mean(), np.nanmean(r.ll_next), r.ari.mean(), r.nmi.mean(),
+                r.clusters.mean(), r.seconds.mean(), r.seconds[:k].mean(), r.seconds[-k:].mean(),
+                _growth(r.seconds), None if np.isnan(r.compile_s) else r.compile_s,
+                r.iters.mean(), None if np.isnan(r.rounds).all() else r.rounds.mean(),
+                len(r.warnings),
+            )
+            for r in records
+        ],
+    )  # fmt: skip
     print(
         "LL: held-out log-likelihood per test point of batch t after batch t, mean over the "
         f"batches (nats); LL next: of batch t after batch t − 1 (batches 2–{num}); ARI/NMI: "
@@ -398,16 +409,19 @@ def print_summary(stream, records):
     )
 
 
+def _batch(stream, t):
+    """Batch ``t + 1``, starred at a change of the stream."""
+    return f"{t + 1}{'*' if t + 1 in stream.changes else ' '}"
+
+
 def print_per_batch(stream, records, field, title, spec=".3f"):
     print(f"\n-- {stream.name}: {title} per batch")
-    print(f"{'batch':>5} " + " ".join(f"{r.label:>10}" for r in records))
+    columns = (Column("batch", 5), *(Column(r.label, 10, spec) for r in records))
+    rows = []
     for t in range(len(stream.train)):
-        mark = "*" if t + 1 in stream.changes else " "
-        cells = []
-        for r in records:
-            value = getattr(r, field)[t]
-            cells.append(f"{'-':>10}" if np.isnan(value) else f"{value:>10{spec}}")
-        print(f"{t + 1:>4}{mark} " + " ".join(cells))
+        values = [getattr(r, field)[t] for r in records]
+        rows.append((_batch(stream, t), *(None if np.isnan(v) else v for v in values)))
+    print_table(columns, rows)
     print("(* a change of the stream)")
 
 
@@ -417,23 +431,24 @@ def print_rho(stream, records):
         return
     hpp, mhpp = by["HPP"], by["MHPP"]
     print(f"\n-- {stream.name}: E[ρ] per batch (the ρ plot; bar: HPP's E[ρ], 0 to 1)")
-    print(
-        f"{'batch':>5} {'HPP':>6} {'K':>3} {'MHPP mean':>9} {'weighted':>8} {'min used':>8} "
-        f"{'K':>3}  HPP E[ρ]"
-    )
+    columns = (
+        Column("batch", 5), Column("HPP", 6, ".3f"), Column("K", 3),
+        Column("MHPP mean", 9, ".3f"), Column("weighted", 8, ".3f"),
+        Column("min used", 8, ".3f"), Column("K", 3), Column("HPP E[ρ]", align="<", gap="  "),
+    )  # fmt: skip
+    table = Table(columns)
+    table.header()
     for t in range(len(stream.train)):
-        mark = "*" if t + 1 in stream.changes else " "
         rho_h = float(hpp.rho[t].mean())
         rho_m = mhpp.rho[t]
         weights = mhpp.counts[t]
         weighted = float(np.sum(weights * rho_m) / weights.sum())
         used = weights >= CLUSTER_WEIGHT * weights.sum()
-        used_min = float(rho_m[used].min())
         bar = "#" * round(30 * rho_h)
-        print(
-            f"{t + 1:>4}{mark} {rho_h:>6.3f} {int(hpp.clusters[t]):>3} {rho_m.mean():>9.3f} "
-            f"{weighted:>8.3f} {used_min:>8.3f} {int(mhpp.clusters[t]):>3}  |{bar:<30}|"
-        )
+        table.row(
+            _batch(stream, t), rho_h, int(hpp.clusters[t]), rho_m.mean(), weighted,
+            float(rho_m[used].min()), int(mhpp.clusters[t]), f"|{bar:<30}|",
+        )  # fmt: skip
     print(
         "MHPP weighted: E[ρ_k] weighted by the batch's expected counts; min used: the least "
         "E[ρ_k] of the components holding >= 1 % of the batch; K: clusters (weight > 1 %)."
@@ -445,10 +460,13 @@ def print_changes(stream, records):
     num = len(stream.train)
     batches = sorted({b for c in stream.changes for b in (c, c + 1) if b <= num})
     print(f"\n-- {stream.name}: held-out LL / ARI at the changes and the batch after")
-    print(f"{'method':<11} " + " ".join(f"{'batch ' + str(b):>15}" for b in batches))
-    for r in records:
-        cells = [f"{r.ll[b - 1]:>7.3f} / {r.ari[b - 1]:>5.3f}" for b in batches]
-        print(f"{r.label:<11} " + " ".join(f"{c:>15}" for c in cells))
+    print_table(
+        (Column("method", 11, align="<"), *(Column(f"batch {b}", 15) for b in batches)),
+        [
+            (r.label, *(f"{r.ll[b - 1]:>7.3f} / {r.ari[b - 1]:>5.3f}" for b in batches))
+            for r in records
+        ],
+    )
     print(
         f"stuck: at one of these batches, LL more than {STUCK_LL} nats per point or ARI more "
         f"than {STUCK_ARI} below the better of the fresh per-batch fits {' and '.join(FRESH)}"
@@ -529,26 +547,19 @@ def print_warnings(stream, records):
 
 
 # ============================================================================ the figures
-def save_figures(stream, records):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def save_figures(stream, records, folder):
+    """The stream's forgetting and held-out figures in ``folder`` (module docstring)."""
     from numpyro_bnp.plots import plot_forgetting
 
-    FIGURES.mkdir(parents=True, exist_ok=True)
     by = {r.label: r for r in records}
-    paths = []
     if all(label in by for label in LEARNED):
         fig = plot_forgetting(
             {label: by[label].result for label in LEARNED}, changes=stream.changes
         )
         fig.suptitle(f"power-prior SVB, {stream.name} stream", fontsize=9)
-        paths.append(FIGURES / f"power_prior_forgetting_{stream.name}.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True, layout="constrained")
+        path = os.path.join(folder, f"power_prior_forgetting_{stream.name}.png")
+        save_figure(fig, path, dpi=100, tight=False)
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 3.8), sharey=True, layout="constrained")
     batches = np.arange(1, len(stream.train) + 1)
     for ax, field, title in (
         (axes[0], "ll", "after absorbing batch t"),
@@ -563,22 +574,16 @@ def save_figures(stream, records):
         ax.set_xlabel("batch t")
     axes[0].set_ylabel("nats per point")
     axes[1].legend(fontsize=7, ncol=2)
-    paths.append(FIGURES / f"power_prior_heldout_{stream.name}.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
-    return paths
+    path = os.path.join(folder, f"power_prior_heldout_{stream.name}.png")
+    save_figure(fig, path, dpi=100, tight=False)
 
 
-def save_combined(results):
-    """``power_prior_forgetting.png``: both streams' forgetting plots side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def save_combined(results, folder):
+    """``power_prior_forgetting.png`` in ``folder``: both streams' forgetting plots side by
+    side."""
     from numpyro_bnp.plots import plot_forgetting
 
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         2, len(results), figsize=(5.5 * len(results), 4.2), sharex="col", layout="constrained"
     )
     axes = np.asarray(axes).reshape(2, len(results))
@@ -590,14 +595,12 @@ def save_combined(results):
             changes=stream.changes,
         )
         axes[0, j].set_title(f"{stream.name} stream", fontsize=9)
-    path = FIGURES / "power_prior_forgetting.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    save_figure(fig, os.path.join(folder, "power_prior_forgetting.png"), dpi=100, tight=False)
 
 
 # ============================================================================ main
 def bench(stream, seed, fraction, figures):
+    """Every method on ``stream``, its tables, and its figures in the folder ``figures``."""
     model_kwargs, bgm_kwargs = priors(stream, fraction)
     records = []
     for label, forgetting in ENGINES:
@@ -618,28 +621,28 @@ def bench(stream, seed, fraction, figures):
     print_warnings(stream, records)
     targets(stream, records, batches)
     if figures:
-        paths = save_figures(stream, records)
-        print("\nfigures: " + ", ".join(str(p.relative_to(FIGURES.parents[1])) for p in paths))
+        save_figures(stream, records, figures)
     return records
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="8 batches of 200 / 100 points")
+def add_arguments(parser):
+    """The options of ``bench power_prior`` besides ``--quick``."""
     parser.add_argument(
-        "--stream",
-        choices=("synthetic", "digits", "both"),
+        "--stream", choices=("synthetic", "digits", "both"),
         help="default: both (--quick: synthetic)",
-    )
-    parser.add_argument("--no-figures", action="store_true")
+    )  # fmt: skip
     parser.add_argument(
-        "--prior-fraction",
-        type=float,
-        default=PRIOR_FRACTION,
-        help="E[Λ]^{-1} as this fraction of batch 1's covariance (default 1/4)",
+        "--figures", metavar="DIR", help="save the figures in DIR (docs/figures; default none)"
     )
+    parser.add_argument(
+        "--prior-fraction", type=float, default=PRIOR_FRACTION,
+        help="E[Λ]^{-1} as this fraction of batch 1's covariance (default 1/4)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+
+
+def run(args):
+    """The streams ``args.stream`` (module docstring)."""
     num, n_train, n_test = (QUICK_BATCHES, 200, 100) if args.quick else (NUM_BATCHES, 1000, 500)
     makers = {"synthetic": synthetic_stream, "digits": digits_stream}
     choice = args.stream or ("synthetic" if args.quick else "both")
@@ -647,13 +650,9 @@ def main():
     start, results = time.perf_counter(), []
     for name in names:
         stream = makers[name](num, n_train, n_test, args.seed)
-        records = bench(stream, args.seed, args.prior_fraction, not args.no_figures)
+        records = bench(stream, args.seed, args.prior_fraction, args.figures)
         results.append((stream, records))
-    if not args.no_figures and len(results) > 1:
-        path = save_combined(results)
-        print(f"\nfigure: {path.relative_to(FIGURES.parents[1])}")
+    if args.figures and len(results) > 1:
+        save_combined(results, args.figures)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
-
-
-if __name__ == "__main__":
-    main()
+    return 0
