@@ -24,6 +24,8 @@ The families and the modules they run:
   (:mod:`~numpyro_bnp.bench.nrm_rows`, :mod:`~numpyro_bnp.bench.nrm_reference`,
   :mod:`~numpyro_bnp.bench.nrm_corpus`, :mod:`~numpyro_bnp.bench.nggp`);
 * ``power_prior`` (``docs/power_prior.md``): power-prior streaming VB on drifting streams;
+* ``restricted_ibp`` (``docs/restricted_ibp.md``): the restricted-IBP prior samplers, and the
+  R-IBP prior (:mod:`~numpyro_bnp.bench.ibp_prior`);
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -36,6 +38,7 @@ from numpyro_bnp.bench import (
     engines,
     nrm,
     power_prior,
+    restricted_ibp,
     ribp,
 )
 
@@ -45,6 +48,7 @@ FAMILIES = {
     "crm_slice": crm_slice,
     "nrm": nrm,
     "power_prior": power_prior,
+    "restricted_ibp": restricted_ibp,
 }
 
 __all__ = ["FAMILIES"]

@@ -1,4 +1,4 @@
-"""Benchmark: RecursiveIBP marginals and prior sampling against plain NumPy/SciPy peers.
+"""RecursiveIBP marginals and prior sampling against plain NumPy/SciPy peers.
 
 Setting (issue "Package foundation"): N = 1,000 customers, α = 10, β = 5, 10,000 draws.
 
@@ -9,18 +9,16 @@ Setting (issue "Package foundation"): N = 1,000 customers, α = 10, β = 5, 10,0
   ``--plain-draws`` draws and scaled, since 10,000 draws take minutes) and one vectorised over
   draws (a Python loop over customers only).
 
-Run: ``python benchmarks/bench_ibp_prior.py [--num-samples S] [--chunk C]``. Prints a table of
-times and ratios (peer time / ours); float32, the library default.
+Run: ``python -m numpyro_bnp bench restricted_ibp --ibp-prior [--num-samples S] [--chunk C]``.
+Prints a table of times and ratios (peer time / ours); float32, the library default.
 """
-
-import argparse
-import time
 
 import jax
 import numpy as np
 from jax import random
 from scipy import stats
 
+from numpyro_bnp._report import Column, median_seconds, print_table, timed
 from numpyro_bnp.distributions import RecursiveIBP, ibp_capacity
 
 
@@ -73,25 +71,22 @@ def plain_buffet(rng, alpha, beta, num_rows, num_cols):
     return z
 
 
-def timed(fn, repeat=1):
-    best = np.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = fn()
-        jax.block_until_ready(out)
-        best = min(best, time.perf_counter() - start)
-    return best, out
+def add_arguments(parser):
+    """The options of ``--ibp-prior``."""
+    parser.add_argument("--num-rows", type=int, default=1_000, help="--ibp-prior: customers")
+    parser.add_argument("--alpha", type=float, default=10.0, help="--ibp-prior: α")
+    parser.add_argument("--beta", type=float, default=5.0, help="--ibp-prior: β")
+    parser.add_argument("--num-samples", type=int, help="--ibp-prior: draws (10,000; quick 2,000)")
+    parser.add_argument("--chunk", type=int, default=500, help="--ibp-prior: draws per call")
+    parser.add_argument(
+        "--plain-draws", type=int, help="--ibp-prior: draws of the plain peer (200; quick 50)"
+    )
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-rows", type=int, default=1_000)
-    parser.add_argument("--alpha", type=float, default=10.0)
-    parser.add_argument("--beta", type=float, default=5.0)
-    parser.add_argument("--num-samples", type=int, default=10_000)
-    parser.add_argument("--chunk", type=int, default=500)
-    parser.add_argument("--plain-draws", type=int, default=200)
-    args = parser.parse_args()
+def bench_ibp_prior(args):
+    """The table (module docstring)."""
+    num_samples = args.num_samples or (2_000 if args.quick else 10_000)
+    plain_draws = args.plain_draws or (50 if args.quick else 200)
     num_rows, alpha, beta = args.num_rows, args.alpha, args.beta
     capacity = ibp_capacity(alpha, beta, num_rows=num_rows, tail_prob=1e-6)
     ibp = RecursiveIBP(alpha, beta, num_rows=num_rows, max_features=capacity)
@@ -102,13 +97,12 @@ def main():
 
     # -- marginals
     marginals = jax.jit(lambda d: d.marginals())
-    compile_m, _ = timed(lambda: marginals(ibp))
-    ours_m, p = timed(lambda: marginals(ibp), repeat=5)
-    peer_m, p_ref = timed(lambda: numpy_marginals(alpha, beta, num_rows, capacity), repeat=2)
+    p, ours_m, compile_m = timed(lambda _: marginals(ibp), repeats=5)
+    peer_m, p_ref = median_seconds(lambda: numpy_marginals(alpha, beta, num_rows, capacity), 2)
     max_diff = float(np.abs(np.asarray(p, np.float64) - p_ref).max())
 
     # -- sampling
-    num_chunks = args.num_samples // args.chunk
+    num_chunks = num_samples // args.chunk
     draws = num_chunks * args.chunk
 
     @jax.jit
@@ -116,7 +110,7 @@ def main():
         z, (overflow,) = ibp.sample_with_intermediates(key, (args.chunk,))
         return z, overflow
 
-    compile_s, _ = timed(lambda: sample_chunk(random.PRNGKey(0)))
+    compile_s, _ = median_seconds(lambda: sample_chunk(random.PRNGKey(0)))
 
     def ours_sampling():
         keys = random.split(random.PRNGKey(1), num_chunks)
@@ -126,7 +120,7 @@ def main():
             dishes += float((z.sum(-2) > 0).sum())
         return dishes / draws
 
-    ours_s, dishes_ours = timed(ours_sampling)
+    ours_s, dishes_ours = median_seconds(ours_sampling)
 
     def peer_sampling():
         rng = np.random.default_rng(1)
@@ -136,30 +130,34 @@ def main():
             dishes += float((z.sum(-2) > 0).sum())
         return dishes / draws
 
-    peer_s, dishes_peer = timed(peer_sampling)
+    peer_s, dishes_peer = median_seconds(peer_sampling)
     rng = np.random.default_rng(2)
-    plain_s, _ = timed(
-        lambda: [
-            plain_buffet(rng, alpha, beta, num_rows, capacity) for _ in range(args.plain_draws)
-        ]
+    plain_s, _ = median_seconds(
+        lambda: [plain_buffet(rng, alpha, beta, num_rows, capacity) for _ in range(plain_draws)]
     )
-    plain_s *= draws / args.plain_draws
+    plain_s *= draws / plain_draws
     expected = float(ibp.expected_num_features()[-1])
 
     print()
-    print(f"{'task':<34} {'ours (s)':>10} {'peer (s)':>10} {'peer/ours':>10}  peer")
-    print(
-        f"{'marginals(), N x K':<34} {ours_m:10.4f} {peer_m:10.4f} {peer_m / ours_m:10.1f}"
-        "  SciPy recursion, row by row"
-    )
-    print(
-        f"{f'sample {draws} draws':<34} {ours_s:10.2f} {peer_s:10.2f} {peer_s / ours_s:10.2f}"
-        "  NumPy buffet, vectorised over draws"
-    )
-    print(
-        f"{f'sample {draws} draws':<34} {ours_s:10.2f} {plain_s:10.2f} {plain_s / ours_s:10.2f}"
-        f"  NumPy buffet, one draw at a time (timed on {args.plain_draws}, scaled)"
-    )
+    print_table(
+        (
+            Column("task", 34, align="<"), Column("ours (s)", 10, ".4f"),
+            Column("peer (s)", 10, ".4f"), Column("peer/ours", 10, ".1f"),
+            Column("peer", align="<", gap="  "),
+        ),
+        [
+            ("marginals(), N x K", ours_m, peer_m, peer_m / ours_m, "SciPy recursion, row by row"),
+            (
+                f"sample {draws} draws", f"{ours_s:.2f}", f"{peer_s:.2f}",
+                f"{peer_s / ours_s:.2f}", "NumPy buffet, vectorised over draws",
+            ),
+            (
+                f"sample {draws} draws", f"{ours_s:.2f}", f"{plain_s:.2f}",
+                f"{plain_s / ours_s:.2f}",
+                f"NumPy buffet, one draw at a time (timed on {plain_draws}, scaled)",
+            ),
+        ],
+    )  # fmt: skip
     print()
     print(f"compile: marginals {compile_m:.2f} s, sample chunk {compile_s:.2f} s")
     print(f"marginals: max |float32 - SciPy float64| = {max_diff:.2e}")
@@ -167,7 +165,3 @@ def main():
         f"mean number of dishes: exact {expected:.2f}, ours {dishes_ours:.2f}, "
         f"NumPy {dishes_peer:.2f} (s.e. {np.sqrt(expected / draws):.2f})"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,6 @@
-"""Benchmark: the five restricted-IBP prior samplers of paper B §5.4 (Figs. 1-4).
+"""The five restricted-IBP prior samplers of paper B §5.4, Figs. 1-4 (docs/restricted_ibp.md).
+
+Paper B: Doshi-Velez & Williamson 2017, *Restricted Indian buffet processes*.
 
 Setting: α = 5, c = 1, f = δ_J with J ∈ {2, 5, 8}; 25 runs of 100 rows per sampler.
 
@@ -19,20 +21,15 @@ Setting: α = 5, c = 1, f = δ_J with J ∈ {2, 5, 8}; 25 runs of 100 rows per s
    I ∈ {10, 20, 50} against the exact collapsed sampler S1, for J = 5 and J = 8, summarised by the
    total-variation distance between the mean profiles divided by J (each profile sums to J), with a
    bootstrap standard error over runs. The exact retrospective sampler S5 gives the distance two
-   exact samplers show at this number of runs (the noise floor). Figures go to
-   ``docs/figures/restricted_ibp_*.png``.
+   exact samplers show at this number of runs (the noise floor). Figures (``--figures DIR``; the
+   committed ones are ``docs/figures/restricted_ibp_*.png``): :func:`save_figures`.
 
 Each run is one jitted call (compiled once per sampler, J and I; compilation is excluded from the
-times), float32, CPU.
-
-Run: ``python benchmarks/bench_restricted_ibp.py [--quick] [--runs R] [--max-rejections M]
-[--no-figures]``. ``--quick`` (5 runs, M = 10^5, J ∈ {5, 8}, sweep I ∈ {10, 50}; mostly
-compilation) checks that everything runs; the full run gives the tables in
-``docs/restricted_ibp.md``.
+times), float32, CPU. ``--ibp-prior`` runs :mod:`numpyro_bnp.bench.ibp_prior` instead (the
+unrestricted R-IBP prior's marginals and sampling against NumPy/SciPy peers).
 """
 
-import argparse
-import pathlib
+import os
 import time
 import warnings
 
@@ -40,7 +37,19 @@ import jax
 import numpy as np
 from jax import random
 
+from numpyro_bnp._report import Column, Table
+from numpyro_bnp.bench import ibp_prior
+from numpyro_bnp.bench._common import pyplot, save_figure
 from numpyro_bnp.distributions import RestrictedIBP, exactly
+
+HELP = (
+    "The full run (25 runs, M = 10^6, J in {2, 5, 8}, sweep I in {10, 20, 50}) gives the tables "
+    "of docs/restricted_ibp.md; --quick (5 runs, M = 10^5, J in {5, 8}, sweep I in {10, 50}; "
+    "mostly compilation) checks that everything runs. With --ibp-prior, --quick draws 2,000 "
+    "matrices (50 for the one-draw-at-a-time peer) instead of 10,000 (200)."
+)
+QUICK_HELP = "5 runs, M = 10^5, J ∈ {5, 8}, I ∈ {10, 50} (see below)"
+CPU_LOOP_KERNELS = False
 
 ALPHA = 5.0
 ROWS = 100
@@ -58,7 +67,6 @@ APPROXIMATE = ("uncollapsed_rejection", "tilted_rejection", "inclusion")
 # truncation error vanishes as I grows (π_I ≈ e^{-I/α}), unlike the weak limit's
 STICK = "inclusion (S4), stick-breaking"
 PAPER_INSTANTIATED = {5: "30-40", 8: "35-45"}
-FIGURES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "figures"
 
 
 class Runs:
@@ -132,42 +140,45 @@ def tv_to(profiles, reference, count, rng, boot=400):
     return tv(profiles, reference), float(np.std(draws))
 
 
+def sampler_table(width, *columns):
+    """A table of the samplers (its header printed): ``J``, the sampler's label in ``width``
+    characters, then ``columns``."""
+    table = Table((Column("J", 2), Column("sampler", width, align="<", gap="  "), *columns), True)
+    table.header()
+    return table
+
+
 def cost_table(args):
     """Part 1: every sampler at J ∈ {2, 5, 8} (approximate ones: weak limit, I = 50)."""
     results = {}
-    header = (
-        f"{'J':>2}  {'sampler':<27} {'rejections / 100 rows':>24} {'ms / 100 rows':>22}"
-        f" {'capped':>7}"
-    )
     print(f"\n1. cost, median [10%, 90%] over {args.runs} runs (approximate: weak limit, I = 50)")
-    print(header + "\n" + "-" * len(header))
+    table = sampler_table(
+        27, Column("rejections / 100 rows", 24), Column("ms / 100 rows", 22), Column("capped", 7)
+    )
     for count in args.counts:
         for seed, (method, label) in enumerate(METHODS.items()):
             res = Runs(count, method, 50, args.runs, seed + 10 * count, args.max_rejections)
             results[count, method, 50, "weak_limit"] = res
-            print(
-                f"{count:>2}  {label:<27} {spread(res.rejections):>24} "
-                f"{spread(1e3 * res.seconds, '{:.1f}'):>22} {res.capped.sum():>4}/{args.runs}",
-                flush=True,
-            )
+            table.row(
+                count, label, spread(res.rejections), spread(1e3 * res.seconds, "{:.1f}"),
+                f"{res.capped.sum()}/{args.runs}",
+            )  # fmt: skip
     return results
 
 
 def feature_table(results, args):
     """Part 2: instantiated and used features per sampler."""
     print("\n2. features, median [10%, 90%] over the complete runs")
-    header = (
-        f"{'J':>2}  {'sampler':<27} {'instantiated':>16} {'used by 100 rows':>17} "
-        f"{'paper (exact)':>14}"
+    table = sampler_table(
+        27, Column("instantiated", 16), Column("used by 100 rows", 17), Column("paper (exact)", 14)
     )
-    print(header + "\n" + "-" * len(header))
     for count in args.counts:
         for method, label in METHODS.items():
             res = results[count, method, 50, "weak_limit"]
             exact = method in ("collapsed_rejection", "retrospective")
             paper = PAPER_INSTANTIATED.get(count, "") if exact else ""
             inst = res.instantiated[~res.capped]
-            print(f"{count:>2}  {label:<27} {spread(inst):>16} {spread(res.used):>17} {paper:>14}")
+            table.row(count, label, spread(inst), spread(res.used), paper)
 
 
 def sweep(results, args):
@@ -178,11 +189,11 @@ def sweep(results, args):
         "those of the exact collapsed sampler (± bootstrap s.e.); p(k): mean k-th largest "
         "feature probability"
     )
-    header = (
-        f"{'J':>2}  {'sampler':<31} {'I':>4} {'TV/J to S1':>14} {'p(1)':>6} {'p(10)':>6} "
-        f"{'p(20)':>6} {'runs':>5}"
-    )
-    print(header + "\n" + "-" * len(header))
+    columns = (
+        Column("I", 4), Column("TV/J to S1", 14), Column("p(1)", 6, ".3f"),
+        Column("p(10)", 6, ".3f"), Column("p(20)", 6, ".3f"), Column("runs", 5),
+    )  # fmt: skip
+    table = sampler_table(31, *columns)
     exact = ("collapsed_rejection", "retrospective")
     profiles = {}
     for count in (5, 8):
@@ -205,24 +216,33 @@ def sweep(results, args):
             else:
                 tv, se = tv_to(p, reference, count, rng)
             m = p.mean(0)
-            print(
-                f"{count:>2}  {label:<31} {truncation or '-':>4} "
-                f"{f'{tv:.3f} ± {se:.3f}':>14} {m[0]:>6.3f} {m[9]:>6.3f} {m[19]:>6.3f} "
-                f"{len(p):>5}",
-                flush=True,
+            table.row(
+                count, label, truncation or "-", f"{tv:.3f} ± {se:.3f}", m[0], m[9], m[19], len(p)
             )
     return profiles
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser):
+    """The options of ``bench restricted_ibp`` besides ``--quick``."""
+    parser.add_argument("--runs", type=int, default=None, help="runs per sampler (25; quick 5)")
     parser.add_argument(
-        "--quick", action="store_true", help="5 runs, M = 10^5, J ∈ {5, 8}, I ∈ {10, 50}"
+        "--max-rejections", type=int, default=None, help="per matrix (10^6; quick 10^5)"
     )
-    parser.add_argument("--runs", type=int, default=None)
-    parser.add_argument("--max-rejections", type=int, default=None)
-    parser.add_argument("--no-figures", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--figures", metavar="DIR", help="save the figures in DIR (docs/figures; default none)"
+    )
+    parser.add_argument(
+        "--ibp-prior", action="store_true",
+        help="the R-IBP prior's marginals and sampling against NumPy/SciPy instead",
+    )  # fmt: skip
+    ibp_prior.add_arguments(parser)
+
+
+def run(args):
+    """The three parts (module docstring), or the R-IBP prior with ``--ibp-prior``."""
+    if args.ibp_prior:
+        ibp_prior.bench_ibp_prior(args)
+        return 0
     args.runs = args.runs or (5 if args.quick else 25)
     args.max_rejections = args.max_rejections or (10**5 if args.quick else 10**6)
     args.counts = (5, 8) if args.quick else (2, 5, 8)
@@ -235,18 +255,17 @@ def main():
     results = cost_table(args)
     feature_table(results, args)
     profiles = sweep(results, args)
-    if not args.no_figures:
+    if args.figures:
         save_figures(results, profiles, args)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
+    return 0
 
 
 def save_figures(results, profiles, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    FIGURES.mkdir(parents=True, exist_ok=True)
+    """In ``args.figures``: ``restricted_ibp_sampler_cost.png`` (rejections and seconds of every
+    run, paper Figs. 1-2) and ``restricted_ibp_sorted_probs_J{5,8}.png`` (the sweep's mean
+    sorted feature probabilities, Figs. 3-4)."""
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, field, ylabel in (
         (axes[0], "rejections", "rejections per 100 rows"),
@@ -274,8 +293,7 @@ def save_figures(results, profiles, args):
         fontsize=9,
     )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(FIGURES / "restricted_ibp_sampler_cost.png", dpi=90)
-    plt.close(fig)
+    save_figure(fig, os.path.join(args.figures, "restricted_ibp_sampler_cost.png"), 90, False)
 
     ranks = np.arange(1, 51)
     styles = {"uncollapsed_rejection": ":", "tilted_rejection": "--", "inclusion": "-"}
@@ -304,11 +322,5 @@ def save_figures(results, profiles, args):
             f"truncation I vs exact (paper B Fig. {3 if count == 5 else 4})",
             fontsize=9,
         )
-        fig.tight_layout()
-        fig.savefig(FIGURES / f"restricted_ibp_sorted_probs_J{count}.png", dpi=90)
-        plt.close(fig)
-    print(f"\nfigures saved to {FIGURES.relative_to(FIGURES.parents[1])}")
-
-
-if __name__ == "__main__":
-    main()
+        path = os.path.join(args.figures, f"restricted_ibp_sorted_probs_J{count}.png")
+        save_figure(fig, path, dpi=90)
