@@ -26,6 +26,7 @@ The families and the modules they run:
 * ``power_prior`` (``docs/power_prior.md``): power-prior streaming VB on drifting streams;
 * ``restricted_ibp`` (``docs/restricted_ibp.md``): the restricted-IBP prior samplers, and the
   R-IBP prior (:mod:`~numpyro_bnp.bench.ibp_prior`);
+* ``accelerator`` (``docs/engines.md``): the engines' compiled step times on CPU or GPU;
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -34,6 +35,7 @@ by the parts that need them.
 """
 
 from numpyro_bnp.bench import (
+    accelerator,
     crm_slice,
     engines,
     nrm,
@@ -49,6 +51,7 @@ FAMILIES = {
     "nrm": nrm,
     "power_prior": power_prior,
     "restricted_ibp": restricted_ibp,
+    "accelerator": accelerator,
 }
 
 __all__ = ["FAMILIES"]
