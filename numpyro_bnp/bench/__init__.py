@@ -27,6 +27,7 @@ The families and the modules they run:
 * ``restricted_ibp`` (``docs/restricted_ibp.md``): the restricted-IBP prior samplers, and the
   R-IBP prior (:mod:`~numpyro_bnp.bench.ibp_prior`);
 * ``accelerator`` (``docs/engines.md``): the engines' compiled step times on CPU or GPU;
+* ``soak`` (``docs/ribp.md``): a long stream through the R-IBP filter, memory over time.
 
 Shared: :mod:`numpyro_bnp.datasets` (one loader a data set), :mod:`numpyro_bnp._report` (the
 table printer, median timings), :mod:`~numpyro_bnp.bench._common` (MCMC timings, chain
@@ -42,6 +43,7 @@ from numpyro_bnp.bench import (
     power_prior,
     restricted_ibp,
     ribp,
+    soak,
 )
 
 FAMILIES = {
@@ -52,6 +54,7 @@ FAMILIES = {
     "power_prior": power_prior,
     "restricted_ibp": restricted_ibp,
     "accelerator": accelerator,
+    "soak": soak,
 }
 
 __all__ = ["FAMILIES"]

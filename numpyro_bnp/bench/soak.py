@@ -1,10 +1,10 @@
 """Soak test of the streaming loop: a long stream through the R-IBP filter, memory over time.
 
-    python benchmarks/bench_soak.py                      # 10^6 observations (a few minutes)
-    python benchmarks/bench_soak.py --num-obs 200000     # shorter
+    python -m numpyro_bnp bench soak                      # 10^6 observations (a few minutes)
+    python -m numpyro_bnp bench soak --num-obs 200000     # shorter
 
 The run calls :func:`numpyro_bnp.enable_cpu_loop_kernels` first (each CPU loop compiled into one
-kernel), as the other benchmarks do.
+kernel) unless ``--xla-default`` is given (docs/ribp.md, "Streaming, checkpoints, capacity").
 
 Data: a Python generator of batches of ``--batch`` rows (1,000 by default) of linear-Gaussian
 data, D = 20, from 5 true features used with probability 0.3 each, o_n = z_n A + N(0, 0.5² I),
@@ -27,6 +27,16 @@ import sys
 import time
 
 import numpy as np
+
+from numpyro_bnp._report import Column, print_table
+
+HELP = (
+    "Each of the two streams runs in a fresh process (python -m numpyro_bnp bench soak --single "
+    "TRACE_EVERY ...) so that the memory figures do not mix; --quick streams 100,000 "
+    "observations instead of --num-obs."
+)
+QUICK_HELP = "10^5 observations (see below)"
+CPU_LOOP_KERNELS = True
 
 DIM, NUM_TRUE, SIGMA_O = 20, 5, 0.5
 KWARGS = dict(num_obs=1, dim=DIM, mass=2.0, concentration=1.0, sigma_a=1.0, sigma_o=SIGMA_O)
@@ -101,19 +111,27 @@ def soak(num_obs, batch, trace_every):
     }
 
 
-def print_table(trace_every, out):
+def print_soak(trace_every, out):
+    """The table of one stream ``out`` (:func:`soak`)."""
     print(
         f"\ntrace_every = {trace_every}: {out['trace_rows']:,} trace rows kept "
         f"({out['trace_bytes'] / 2**20:.2f} MiB), capacity {out['capacity']}, "
         f"{out['features']:.1f} features"
     )
-    print(f"{'observations':>12} {'RSS MiB':>9} {'elapsed s':>10} {'obs/s':>9}  state finite")
     samples = out["samples"]
+    rows = []
     for i, (absorbed, rss, elapsed) in enumerate(samples):
-        rate = f"{absorbed / elapsed:9.0f}" if elapsed > 0 else f"{'-':>9}"
         last = i == len(samples) - 1
         finite = ("yes" if out["finite"] else "NO") if last else "yes (checked per chunk)"
-        print(f"{absorbed:>12,} {rss:9.1f} {elapsed:10.1f} {rate}  {finite}")
+        rows.append((absorbed, rss, elapsed, absorbed / elapsed if elapsed > 0 else None, finite))
+    print_table(
+        (
+            Column("observations", 12, ","), Column("RSS MiB", 9, ".1f"),
+            Column("elapsed s", 10, ".1f"), Column("obs/s", 9, ".0f"),
+            Column("state finite", align="<", gap="  "),
+        ),
+        rows,
+    )  # fmt: skip
     first, end = samples[1] if len(samples) > 2 else samples[0], samples[-1]
     growth = (end[1] - first[1]) / max(end[0] - first[0], 1) * 2**20
     print(
@@ -122,33 +140,29 @@ def print_table(trace_every, out):
     )
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-obs", type=int, default=1_000_000, help="observations streamed")
+def add_arguments(parser):
+    """The options of ``bench soak`` besides ``--quick``."""
+    parser.add_argument(
+        "--num-obs", type=int, help="observations streamed (default 10^6; quick 10^5)"
+    )
     parser.add_argument("--batch", type=int, default=1000, help="rows per generated batch")
     parser.add_argument("--single", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    from numpyro_bnp import enable_cpu_loop_kernels
 
-    enable_cpu_loop_kernels()
+
+def run(args):
+    """Both streams, each in a child process (``--single``: one stream here, as JSON)."""
+    num_obs = args.num_obs or (100_000 if args.quick else 1_000_000)
     if args.single is not None:  # the child process: one stream, figures as JSON on stdout
-        print(json.dumps(soak(args.num_obs, args.batch, args.single)))
-        return
-    print(f"{args.num_obs:,} observations, batches of {args.batch}, D = {DIM}, float32")
+        print(json.dumps(soak(num_obs, args.batch, args.single)))
+        return 0
+    print(f"{num_obs:,} observations, batches of {args.batch}, D = {DIM}, float32")
     for trace_every in (1000, 1):
         cmd = [
-            sys.executable,
-            __file__,
-            "--num-obs",
-            str(args.num_obs),
-            "--batch",
-            str(args.batch),
-            "--single",
-            str(trace_every),
-        ]
+            sys.executable, "-m", "numpyro_bnp", "bench", "soak", "--num-obs", str(num_obs),
+            "--batch", str(args.batch), "--single", str(trace_every),
+        ]  # fmt: skip
+        if args.xla_default:
+            cmd.append("--xla-default")
         done = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        print_table(trace_every, json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-if __name__ == "__main__":
-    main()
+        print_soak(trace_every, json.loads(done.stdout.strip().splitlines()[-1]))
+    return 0
