@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
+from numpyro_bnp._report import Column, print_table
 from numpyro_bnp.distributions import RecursiveIBP, ibp_capacity
 
 ALPHAS = (1.1, 10.78, 15.37)
@@ -45,15 +46,21 @@ def run(out_dir, *, num_rows=30, num_samples=5_000, chunk=500, seed=0):
     se = np.sqrt(np.maximum(exact * (1 - exact), 1.0 / draws) / draws)
 
     print(f"R-IBP exact marginals vs {draws} buffet-process draws, N = {num_rows} customers")
-    print(
-        f"{'alpha':>6} {'beta':>6} | {'E[K_N]':>8} {'MC':>8} | {'max|err|':>9} {'max err/se':>10}"
-    )
-    for i in range(len(alpha)):
-        err = np.abs(estimate[i] - exact[i])
-        print(
-            f"{float(alpha[i]):6.2f} {float(beta[i]):6.2f} | {expected_dishes[i]:8.2f} "
-            f"{float(dishes[i]) / draws:8.2f} | {err.max():9.4f} {(err / se[i]).max():10.2f}"
-        )
+    errors = [np.abs(estimate[i] - exact[i]) for i in range(len(alpha))]
+    print_table(
+        (
+            Column("alpha", 6, ".2f"), Column("beta", 6, ".2f"),
+            Column("E[K_N]", 8, ".2f", gap=" | "), Column("MC", 8, ".2f"),
+            Column("max|err|", 9, ".4f", gap=" | "), Column("max err/se", 10, ".2f"),
+        ),
+        [
+            (
+                float(alpha[i]), float(beta[i]), expected_dishes[i], float(dishes[i]) / draws,
+                err.max(), (err / se[i]).max(),
+            )
+            for i, err in enumerate(errors)
+        ],
+    )  # fmt: skip
     if int(np.sum(overflows)):
         print(f"warning: {int(np.sum(overflows))} draws exceeded the capacity {capacity}")
     titles = [f"α={float(a):.2f}, β={float(b):.1f}" for a, b in zip(alpha, beta, strict=True)]

@@ -1,12 +1,12 @@
 """Demo: the collapsed Gibbs sampler of an NGGP mixture, its chains checked with ArviZ."""
 
 import os
-import time
 
 import numpy as np
 from jax import random
 
 from numpyro_bnp import datasets
+from numpyro_bnp._report import Column, median_seconds, print_table
 
 NAMES = ("num_clusters", "log_joint")  # label-invariant quantities the chains are checked on
 RHAT_OK = 1.01  # below it (for every quantity) the chains are said to agree
@@ -66,9 +66,9 @@ def run(
         chain_method="vectorized",
         progress_bar=False,
     )
-    start = time.perf_counter()
-    mcmc.run(random.PRNGKey(seed), x, extra_fields=NAMES, **kwargs)
-    seconds = time.perf_counter() - start
+    seconds, _ = median_seconds(
+        lambda: mcmc.run(random.PRNGKey(seed), x, extra_fields=NAMES, **kwargs)
+    )
     # the label-invariant diagnostics as ArviZ data (diagnostics.from_mcmc(mcmc) exports the
     # whole run: the labels, the components' draws and every row's log-likelihood)
     fields = mcmc.get_extra_fields(group_by_chain=True)
@@ -83,17 +83,22 @@ def run(
         f"Normals; {num_chains} chains x ({num_warmup} warm-up + {num_samples}) sweeps in "
         f"{seconds:.1f} s (compilation included)"
     )
-    print(
-        f"{'':14} {'mean':>7} {'sd':>6} {'chain means':>{8 * num_chains}} "
-        f"{'ESS bulk':>8} {'tail':>6} {'R-hat':>6}"
-    )
+    columns = (
+        Column("", 14, align="<"), Column("mean", 7, ".2f"), Column("sd", 6, ".2f"),
+        Column("chain means", 8 * num_chains), Column("ESS bulk", 8, ".0f"),
+        Column("tail", 6, ".0f"), Column("R-hat", 6, ".3f"),
+    )  # fmt: skip
+    rows = []
     for name in NAMES:
         values = np.asarray(stats[name], dtype=float)
         chains = " ".join(f"{m:7.1f}" for m in values.mean(1))
-        print(
-            f"{name:14} {values.mean():7.2f} {values.std():6.2f} {chains:>{8 * num_chains}} "
-            f"{float(ess_bulk[name]):8.0f} {float(ess_tail[name]):6.0f} {float(rhat[name]):6.3f}"
-        )
+        rows.append(
+            (
+                name, values.mean(), values.std(), chains, float(ess_bulk[name]),
+                float(ess_tail[name]), float(rhat[name]),
+            )
+        )  # fmt: skip
+    print_table(columns, rows)
     worst = max(float(rhat[name]) for name in NAMES)
     if not np.isfinite(worst):
         verdict = "R-hat is not finite (a quantity did not vary): run longer chains"

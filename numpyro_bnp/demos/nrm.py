@@ -1,10 +1,12 @@
 """Demo: NGGP clusters of a real corpus, in one streaming pass (ADF-NRM) and refined (EP-NRM)."""
 
 import os
-import time
 
 import numpy as np
 from jax import random
+
+from numpyro_bnp import datasets
+from numpyro_bnp._report import Column, median_seconds, print_table
 
 MISSING = (
     "skipped: this part clusters the Reuters corpus of the 'lda' package, which is not "
@@ -14,14 +16,11 @@ MISSING = (
 
 
 def reuters(num_test, seed):
-    """The ``lda`` package's Reuters corpus (395 documents, 4,258 words), shuffled and split:
-    ``(train, test, vocab)``; ``ImportError`` when the package is missing."""
-    import lda.datasets
-
-    docs = np.asarray(lda.datasets.load_reuters())
-    vocab = np.asarray(lda.datasets.load_reuters_vocab())
-    order = np.random.default_rng(seed).permutation(len(docs))
-    return docs[order[num_test:]], docs[order[:num_test]], vocab
+    """The ``lda`` package's Reuters corpus (395 documents, 4,258 words,
+    :func:`numpyro_bnp.datasets.reuters`), shuffled and split: ``(train, test, vocab)``;
+    ``ImportError`` when the package is missing."""
+    docs, vocab = datasets.reuters()
+    return (*datasets.shuffled_split(docs, num_test, seed=seed), vocab)
 
 
 def one_cluster_log_predictive(train, test, concentration):
@@ -93,14 +92,14 @@ def run(
     options = dict(new_cluster_threshold=new_cluster_threshold, max_clusters=max_clusters)
     model = models.nggp_multinomial_mixture
 
-    start = time.perf_counter()
-    adf = ADFNRM(model, **options).run(None, train, progress_bar=False, **kwargs)
-    adf_s = time.perf_counter() - start
-    start = time.perf_counter()
-    ep = EPNRM(model, num_passes=num_passes, **options).run(
-        random.PRNGKey(seed), train, progress_bar=False, **kwargs
+    adf_s, adf = median_seconds(
+        lambda: ADFNRM(model, **options).run(None, train, progress_bar=False, **kwargs)
     )
-    ep_s = time.perf_counter() - start
+    ep_s, ep = median_seconds(
+        lambda: EPNRM(model, num_passes=num_passes, **options).run(
+            random.PRNGKey(seed), train, progress_bar=False, **kwargs
+        )
+    )
     scores = {
         "one cluster": one_cluster_log_predictive(train, test, concentration),
         "ADF-NRM, one pass": np.asarray(adf.log_predictive(test)),
@@ -121,21 +120,27 @@ def run(
         f"{train.shape[1]:,}); NGGP(mass={mass}, sigma={sigma}, tau={tau}), "
         f"Dirichlet({concentration}) words per cluster"
     )
-    print(
-        f"{'':22} {'clusters':>8} {'of >= 2 docs':>12} {'held-out':>9} {'vs one cluster':>16} "
-        f"{'s':>5}"
-    )
+    rows = []
     for label, score in scores.items():
         if label == base:
-            print(f"{label:22} {1:>8} {1:>12} {score.mean():>9.1f}")
+            rows.append((label, 1, 1, score.mean(), "", ""))
             continue
         result, seconds = results[label]
         gap, se = paired(label, base)
         sizes = result.cluster_sizes
-        print(
-            f"{label:22} {len(sizes):>8} {int(np.sum(sizes >= 2)):>12} {score.mean():>9.1f} "
-            f"{gap:>+9.1f} ± {se:4.1f} {seconds:>5.1f}"
-        )
+        rows.append(
+            (
+                label, len(sizes), int(np.sum(sizes >= 2)), score.mean(),
+                f"{gap:>+9.1f} ± {se:4.1f}", seconds,
+            )
+        )  # fmt: skip
+    print_table(
+        (
+            Column("", 22, align="<"), Column("clusters", 8), Column("of >= 2 docs", 12),
+            Column("held-out", 9, ".1f"), Column("vs one cluster", 16), Column("s", 5, ".1f"),
+        ),
+        rows,
+    )  # fmt: skip
     adf_label, ep_label = results
     gap, se = paired(ep_label, adf_label)
     loo = np.asarray(ep.traces["log_predictive"])

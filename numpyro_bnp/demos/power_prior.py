@@ -6,6 +6,8 @@ import time
 import numpy as np
 from jax import random
 
+from numpyro_bnp._report import Column, print_table
+
 CENTRES = np.array([[-5.0, 0.0], [5.0, 0.0], [0.0, 6.0]])
 MOVED_TO = np.array([0.0, 3.5])  # where the third cluster goes at the change
 SCALE = 0.6  # the clusters' standard deviation
@@ -74,17 +76,20 @@ def run(out_dir, *, num_batches=6, batch_size=200, change=4, gamma=0.1, seed=0):
         f"MHPP: {num_batches} batches of {batch_size} points, 3 clusters in 2-D; from batch "
         f"{change} on the third sits {shift:.1f} lower ({shift / SCALE:.0f} standard deviations)"
     )
-    print(
-        f"{'batch':>6} {'E[ρ_k] of used components':>26} {'clusters':>8} "
-        f"{'held-out before':>15} {'after':>6}"
-    )
-    for t in range(num_batches):
-        rho_k = " ".join(f"{r:.2f}" for r in rho[t][used[t]])
-        mark = "*" if t + 1 == change else " "
-        print(
-            f"{t + 1:>5}{mark} {rho_k:>26} {int(traces['num_clusters'][t]):>8} "
-            f"{before[t]:>15.2f} {after[t]:>6.2f}"
-        )
+    print_table(
+        (
+            Column("batch", 6), Column("E[ρ_k] of used components", 26), Column("clusters", 8),
+            Column("held-out before", 15, ".2f"), Column("after", 6, ".2f"),
+        ),
+        [
+            (
+                f"{t + 1}{'*' if t + 1 == change else ' '}",
+                " ".join(f"{r:.2f}" for r in rho[t][used[t]]), int(traces["num_clusters"][t]),
+                before[t], after[t],
+            )
+            for t in range(num_batches)
+        ],
+    )  # fmt: skip
     at = rho[change - 1][used[change - 1]]
     rest = np.concatenate([rho[t][used[t]] for t in range(1, num_batches) if t != change - 1])
     forgot = int((at < 0.5).sum())

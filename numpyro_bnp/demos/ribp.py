@@ -7,7 +7,9 @@ import warnings
 import numpy as np
 from jax import random
 
+from numpyro_bnp import datasets
 from numpyro_bnp._checks import renamed_arguments
+from numpyro_bnp._report import Column, print_table
 
 
 @renamed_arguments(alpha="mass")
@@ -39,17 +41,14 @@ def run(
     from the priors ``Gamma(1, 0.2)`` (mean 5) and ``HalfNormal(1)``, and printed.
     """
     import numpyro.distributions as dist
-    from sklearn.datasets import load_digits
 
     from numpyro_bnp.distributions import RecursiveIBP
     from numpyro_bnp.infer import RIBPFilter, streaming
     from numpyro_bnp.models import linear_gaussian
     from numpyro_bnp.plots import plot_feature_count, plot_feature_grid, plot_learning_curve
 
-    images = load_digits().data / 16.0
-    order = np.random.default_rng(seed).permutation(len(images))
-    test = images[order[-num_test:]]
-    train = images[order[: len(images) - num_test if num_train is None else num_train]]
+    images = datasets.digits()[0] / 16.0
+    train, test = datasets.shuffled_split(images, num_test, num_train, seed, held_out="last")
     mass = dist.Gamma(1.0, 0.2) if mass is None else mass
     sigma_o = dist.HalfNormal(1.0) if sigma_o is None else sigma_o
     kwargs = dict(num_obs=1, dim=64, mass=mass, sigma_a=sigma_a, sigma_o=sigma_o, max_features=64)
@@ -90,12 +89,13 @@ def run(
         single.log_predictive(test, rng_key=random.PRNGKey(0), num_samples=num_samples)
     )
 
-    print(f"{'observations':>12} {'features':>9} {'active':>7}")
-    for t in sorted({min(t, len(train)) for t in (10, 100, 1000, len(train))}):
-        print(
-            f"{t:>12} {result.traces['num_features'][t - 1]:>9.1f} "
-            f"{result.traces['num_active'][t - 1]:>7d}"
-        )
+    print_table(
+        (Column("observations", 12), Column("features", 9, ".1f"), Column("active", 7, "d")),
+        [
+            (t, float(result.traces["num_features"][t - 1]), result.traces["num_active"][t - 1])
+            for t in sorted({min(t, len(train)) for t in (10, 100, 1000, len(train))})
+        ],
+    )
     print(f"{len(train) / elapsed:,.0f} observations/s including compilation")
     if result.hyper_parameters:
         print(
