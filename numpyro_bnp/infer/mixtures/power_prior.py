@@ -404,8 +404,8 @@ class PowerPriorSVB(ModelEngine):
             # components' claim first) and ρ = 0 (the batch on its own). From the first alone
             # the alternation can settle on remembering although the batch has changed: the
             # strong remembered components swallow it and the fit stays close to them
-            # (digits stream of benchmarks/bench_power_prior.py, noise from batch 11: E[ρ]
-            # 1.000 and ARI 0.00 from then on)
+            # (digits stream of `python -m numpyro_bnp bench power_prior`, noise from batch
+            # 11: E[ρ] 1.000 and ARI 0.00 from then on)
             prior_rho = truncated_exponential_mean(jnp.asarray(self.gamma, dt))
             rhos = jnp.stack([jnp.full(num, prior_rho, dt), jnp.zeros(num, dt)])
             runs = jax.vmap(alternate)(rhos, jnp.array([True, False]))

@@ -4,7 +4,7 @@ The paper's update (:mod:`numpyro_bnp.infer.features.ribp.update`, ``feature_upd
 moves each
 feature once per observation and then *ossifies* it, averaging the move with the feature's old
 value, weights ``b_nk`` and ``S_{n-1,k}``; the rows' ``b`` are frozen as they are absorbed. On
-data drawn from the model (``benchmarks/bench_ribp.py``, ``D = 50``, ``α = 10``) the early
+data drawn from the model (``python -m numpyro_bnp bench ribp``, ``D = 50``, ``α = 10``) the early
 features are blends of the ~10 true features of every row and never change again: the held-out
 score is the same after 200 and 10,000 rows. This module keeps the filtering prior (Eq. 5) and
 the existence bookkeeping of the paper's update, and changes three things:
