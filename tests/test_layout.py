@@ -27,6 +27,9 @@ FORBIDDEN = {
     "infer/core": ("infer.features", "infer.mixtures", "infer.twins", "bench", "demos"),
     "infer/features": ("infer.mixtures", "infer.twins", "bench", "demos"),
     "infer/mixtures": ("infer.features", "infer.twins", "bench", "demos"),
+    "demos": ("bench",),
+    "datasets.py": ("infer", "models", "diagnostics", "plots", "bench", "demos"),
+    "_report.py": ("infer", "models", "diagnostics", "plots", "bench", "demos"),
 }
 
 
@@ -40,14 +43,27 @@ def _imports(path):
 
 @pytest.mark.parametrize("floor", sorted(FORBIDDEN))
 def test_imports_point_down(floor):
+    root = PACKAGE / floor
     bad = [
         f"{path.relative_to(PACKAGE)} imports {module}"
-        for path in sorted((PACKAGE / floor).rglob("*.py"))
+        for path in (sorted(root.rglob("*.py")) if root.is_dir() else [root])
         for module in _imports(path)
         for below in FORBIDDEN[floor]
         if module == f"numpyro_bnp.{below}" or module.startswith(f"numpyro_bnp.{below}.")
     ]
     assert not bad, bad
+
+
+def test_only_the_command_imports_the_bench():
+    importers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.parent.name != "bench"
+        and any(
+            m == "numpyro_bnp.bench" or m.startswith("numpyro_bnp.bench.") for m in _imports(path)
+        )
+    )
+    assert importers == ["__main__.py"], importers
 
 
 def test_no_module_is_past_eight_hundred_lines():
