@@ -4,19 +4,21 @@ model they read, pickling, checkpoints and the start of a run (:class:`ModelEngi
 import numpy as np
 
 from numpyro_bnp._checks import FixedOptions
-from numpyro_bnp.infer.core import checkpoint
+from numpyro_bnp.infer.core import checkpoint, streaming
+from numpyro_bnp.infer.core.model import model_cache_key
 
 
 class ModelEngine(FixedOptions):
     """What the streaming engines that read a user's model share.
 
     A subclass sets ``self.spec`` (the model it read, with ``model_args``, ``model_kwargs`` and
-    ``site_summary``) in its ``_read(model_args, model_kwargs)``, and has ``options`` (a dict of
-    JSON-storable values, its constructor's keyword arguments besides ``model``) and
+    ``site_summary``) in its ``_read_model(model_args, model_kwargs)``, and has ``options`` (a
+    dict of JSON-storable values, its constructor's keyword arguments besides ``model``) and
     ``fixed_options`` (``"model"`` and the names of ``options``).
     """
 
     spec = None
+    _spec_key = None
 
     @property
     def model_args(self):
@@ -33,6 +35,19 @@ class ModelEngine(FixedOptions):
         """One line per site of the traced model (name, distribution, shape)."""
         self._require_init()
         return tuple(self.spec.site_summary)
+
+    def _read(self, model_args, model_kwargs):
+        """Read the model with ``model_args``/``model_kwargs`` (``num_obs`` filled in, see
+        :func:`~numpyro_bnp.infer.core.streaming.model_arguments`) by the subclass's
+        ``_read_model``. The compiled functions bake in the model's constants: the read (and its
+        trace) is skipped when the arguments equal, by value, those of the last read (see
+        :func:`~numpyro_bnp.infer.core.model.model_cache_key`)."""
+        model_kwargs = streaming.model_arguments(self.model, model_args, model_kwargs)
+        key = model_cache_key(self.model, model_args, model_kwargs)
+        if key is not None and key == self._spec_key:
+            return
+        self._read_model(model_args, model_kwargs)
+        self._spec_key = key
 
     def _require_init(self):
         if self.spec is None:

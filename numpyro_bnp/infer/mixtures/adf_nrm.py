@@ -51,7 +51,6 @@ from numpyro_bnp._checks import (
 )
 from numpyro_bnp._math import nggp_log_new_weight
 from numpyro_bnp.infer.core import streaming
-from numpyro_bnp.infer.core.model import model_cache_key
 from numpyro_bnp.infer.core.model_engine import ModelEngine
 from numpyro_bnp.infer.mixtures.documents import check_documents
 from numpyro_bnp.infer.mixtures.model import read_mixture_model
@@ -198,8 +197,6 @@ class ADFNRM(ModelEngine):
         self.u_estimate = u_estimate
         self.max_clusters = max_clusters
         self.dtype = floating_dtype(dtype)
-        self.spec = None
-        self._spec_key = None
 
     @property
     def options(self):
@@ -214,11 +211,7 @@ class ADFNRM(ModelEngine):
         }
 
     # ------------------------------------------------------------------ set-up
-    def _read(self, model_args, model_kwargs):
-        model_kwargs = streaming.model_arguments(self.model, model_args, model_kwargs)
-        key = model_cache_key(self.model, model_args, model_kwargs)
-        if key is not None and key == self._spec_key:
-            return
+    def _read_model(self, model_args, model_kwargs):
         spec = read_mixture_model(self.model, model_args, model_kwargs, engine=type(self).__name__)
         eps = self.new_cluster_threshold
         if eps is None:
@@ -245,7 +238,6 @@ class ADFNRM(ModelEngine):
             jnp.asarray(v, dt) for v in (spec.mass, spec.sigma, spec.tau)
         )
         self._one = jnp.asarray(1.0 - jnp.finfo(dt).eps, dt)  # r is clipped here inside log1p(-r)
-        self._spec_key = key
         self.scan_chunk = streaming.chunk_scanner(self.update)
         self._score_fn = None
 

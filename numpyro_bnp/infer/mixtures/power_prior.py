@@ -47,7 +47,6 @@ from numpyro_bnp._checks import (
 )
 from numpyro_bnp._math import stick_breaking_weights
 from numpyro_bnp.infer.core import streaming
-from numpyro_bnp.infer.core.model import model_cache_key
 from numpyro_bnp.infer.core.model_engine import ModelEngine
 from numpyro_bnp.infer.mixtures import collapsed_vi
 from numpyro_bnp.infer.mixtures.model import read_mixture_model
@@ -187,8 +186,6 @@ class PowerPriorSVB(ModelEngine):
         self.max_iter = positive_int(max_iter, "max_iter")
         self.tol = positive_float(tol, "tol")
         self.dtype = floating_dtype(dtype)
-        self.spec = None
-        self._spec_key = None
 
     @property
     def options(self):
@@ -203,11 +200,7 @@ class PowerPriorSVB(ModelEngine):
         }
 
     # ------------------------------------------------------------------ set-up
-    def _read(self, model_args, model_kwargs):
-        model_kwargs = streaming.model_arguments(self.model, model_args, model_kwargs)
-        key = model_cache_key(self.model, model_args, model_kwargs)
-        if key is not None and key == self._spec_key:
-            return
+    def _read_model(self, model_args, model_kwargs):
         name = type(self).__name__
         spec = read_mixture_model(
             self.model, model_args, model_kwargs, engine=name, partitions=("nggp", "stick_breaking")
@@ -227,7 +220,6 @@ class PowerPriorSVB(ModelEngine):
         self.num_components = self.truncation or spec.max_clusters
         self._family = jax.tree.map(lambda a: jnp.asarray(a, self.dtype), spec.family)
         self._alpha = jnp.asarray(spec.mass, self.dtype)
-        self._spec_key = key
         self._update_fn = jax.jit(self._update)
         self._score_fn = jax.jit(self._scores)
 

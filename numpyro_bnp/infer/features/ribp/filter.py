@@ -87,7 +87,6 @@ from numpyro_bnp._checks import (
 )
 from numpyro_bnp.distributions.ibp import RecursiveIBP, ibp_capacity
 from numpyro_bnp.infer.core import streaming
-from numpyro_bnp.infer.core.model import model_cache_key
 from numpyro_bnp.infer.core.model_engine import ModelEngine
 from numpyro_bnp.infer.features.feature_model import read_feature_model
 from numpyro_bnp.infer.features.ribp import checks, memoized, predictive
@@ -228,8 +227,6 @@ class RIBPFilter(ModelEngine):
         self.retire_threshold = retire_threshold
         self.truncation_tol = truncation_tol
         self.dtype = floating_dtype(dtype)
-        self.spec = None
-        self._spec_key = None
 
     @property
     def state_type(self):
@@ -266,13 +263,7 @@ class RIBPFilter(ModelEngine):
         }
 
     # ------------------------------------------------------------------ set-up
-    def _read(self, model_args, model_kwargs):
-        # the compiled functions bake in the model's constants: reuse them (and skip the trace)
-        # only for the same model arguments, compared by value (see model_cache_key)
-        model_kwargs = streaming.model_arguments(self.model, model_args, model_kwargs)
-        key = model_cache_key(self.model, model_args, model_kwargs)
-        if key is not None and key == self._spec_key:
-            return
+    def _read_model(self, model_args, model_kwargs):
         spec = read_feature_model(
             self.model,
             model_args,
@@ -323,7 +314,6 @@ class RIBPFilter(ModelEngine):
             hyper=spec.hyper,
             logit_offset=None if kind != "bernoulli" else jnp.asarray(spec.logit_offset, dt),
         )
-        self._spec_key = key
         if self.feature_update == "memoized":
             self.scan_chunk = memoized.chunk_scanner(self.constants, self.memo_options)
         else:
