@@ -81,6 +81,14 @@ def nonnegative_int(value, name):
     return _integer(value, name, 0, "a non-negative integer")
 
 
+def true_or_false(value, name):
+    """``value`` as a Python bool; a Python or NumPy bool only, else ``ValueError`` naming ``name``
+    (``1`` and ``"yes"`` are refused)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def _real_scalar(value, name, expected):
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         if not (isinstance(value, np.ndarray | jax.Array) and np.ndim(value) == 0):
@@ -222,6 +230,15 @@ def event_shaped(value, event_shape, name="value"):
             f"axes), got {value.shape}"
         )
     return value
+
+
+def broadcast_parameters(*values, batch_shape=()):
+    """A distribution's parameters as arrays of their common floating dtype (at least the
+    default float), broadcast to one batch shape: ``(batch_shape, arrays)``, the shape that of
+    the values and ``batch_shape`` (e.g. that of a parameter that is itself a distribution)."""
+    shape = jax.numpy.broadcast_shapes(*(jax.numpy.shape(v) for v in values), batch_shape)
+    dtype = jax.numpy.result_type(*values, float)
+    return shape, tuple(jax.numpy.broadcast_to(jax.numpy.asarray(v, dtype), shape) for v in values)
 
 
 def is_concrete(*values):

@@ -34,7 +34,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import ParameterFreeTransform, biject_to
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
+from numpyro_bnp._checks import broadcast_parameters, event_shaped, is_concrete, positive_int
 from numpyro_bnp._math import _decreasing_root, log_beta_levy_tail, log_upper_gamma_neg, logit
 
 __all__ = [
@@ -205,10 +205,9 @@ class CompletelyRandomMeasure(Distribution):
 
     def _init(self, params, truncation, validate_args):
         self.truncation = positive_int(truncation, "truncation")
-        batch_shape = jnp.broadcast_shapes(*(jnp.shape(v) for v in params.values()))
-        dtype = jnp.result_type(*params.values(), float)
-        for name, value in params.items():
-            setattr(self, name, jnp.broadcast_to(jnp.asarray(value, dtype), batch_shape))
+        batch_shape, values = broadcast_parameters(*params.values())
+        for name, value in zip(params, values, strict=True):
+            setattr(self, name, value)
         super().__init__(
             batch_shape=batch_shape, event_shape=(self.truncation,), validate_args=validate_args
         )

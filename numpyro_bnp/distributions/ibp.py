@@ -20,7 +20,13 @@ from jax.scipy.special import gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import event_shaped, is_concrete, positive_int, unit_interval
+from numpyro_bnp._checks import (
+    broadcast_parameters,
+    event_shaped,
+    is_concrete,
+    positive_int,
+    unit_interval,
+)
 from numpyro_bnp._math import generalized_harmonic, poisson_interval_probs
 from numpyro_bnp.distributions.crm import BetaProcess, _check
 
@@ -144,10 +150,7 @@ class RecursiveIBP(Distribution):
         self.max_features = positive_int(max_features, "max_features")
         _check(lambda a: a > 0, "alpha", "finite and > 0", alpha)
         _check(lambda b: b > 0, "beta", "finite and > 0", beta)
-        batch_shape = jnp.broadcast_shapes(jnp.shape(alpha), jnp.shape(beta))
-        dtype = jnp.result_type(alpha, beta, float)
-        self.alpha = jnp.broadcast_to(jnp.asarray(alpha, dtype), batch_shape)
-        self.beta = jnp.broadcast_to(jnp.asarray(beta, dtype), batch_shape)
+        batch_shape, (self.alpha, self.beta) = broadcast_parameters(alpha, beta)
         super().__init__(
             batch_shape=batch_shape,
             event_shape=(self.num_rows, self.max_features),

@@ -24,7 +24,7 @@ from jax.scipy.special import gammaln
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import event_shaped, is_concrete, positive_int
+from numpyro_bnp._checks import broadcast_parameters, event_shaped, is_concrete, positive_int
 from numpyro_bnp._math import (
     _nggp_log_v_mode,
     ggp_laplace_exponent,
@@ -209,11 +209,7 @@ class NGGP(Distribution):
     def __init__(self, mass, sigma, tau=1.0, *, num_points, validate_args=None):
         self.num_points = positive_int(num_points, "num_points")
         check_ggp_params(mass, sigma, tau)
-        batch_shape = jnp.broadcast_shapes(jnp.shape(mass), jnp.shape(sigma), jnp.shape(tau))
-        dtype = jnp.result_type(mass, sigma, tau, float)
-        self.mass = jnp.broadcast_to(jnp.asarray(mass, dtype), batch_shape)
-        self.sigma = jnp.broadcast_to(jnp.asarray(sigma, dtype), batch_shape)
-        self.tau = jnp.broadcast_to(jnp.asarray(tau, dtype), batch_shape)
+        batch_shape, (self.mass, self.sigma, self.tau) = broadcast_parameters(mass, sigma, tau)
         super().__init__(
             batch_shape=batch_shape, event_shape=(self.num_points,), validate_args=validate_args
         )

@@ -58,7 +58,13 @@ from jax.scipy.special import logsumexp, xlog1py, xlogy
 from numpyro.distributions import Categorical, Distribution, constraints
 from numpyro.distributions.util import validate_sample
 
-from numpyro_bnp._checks import event_shaped, is_concrete, nonnegative_int, positive_int
+from numpyro_bnp._checks import (
+    broadcast_parameters,
+    event_shaped,
+    is_concrete,
+    nonnegative_int,
+    positive_int,
+)
 from numpyro_bnp._math import poisson_binomial_log_pmf
 from numpyro_bnp.distributions._conditional_bernoulli import (
     conditional_bernoulli_sequential,
@@ -515,12 +521,9 @@ class RestrictedIBP(Distribution):
             )
         self.max_rejections = positive_int(max_rejections, "max_rejections")
         _check_count_dist(count_dist, self.max_features, "max_features")
-        batch_shape = jnp.broadcast_shapes(
-            jnp.shape(alpha), jnp.shape(concentration), count_dist.batch_shape
+        batch_shape, (self.alpha, self.concentration) = broadcast_parameters(
+            alpha, concentration, batch_shape=count_dist.batch_shape
         )
-        dtype = jnp.result_type(alpha, concentration, float)
-        self.alpha = jnp.broadcast_to(jnp.asarray(alpha, dtype), batch_shape)
-        self.concentration = jnp.broadcast_to(jnp.asarray(concentration, dtype), batch_shape)
         self.count_dist = count_dist
         super().__init__(
             batch_shape=batch_shape,

@@ -43,7 +43,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-from numpyro_bnp._checks import is_concrete, nonnegative_int, observed_array, renamed_arguments
+from numpyro_bnp._checks import (
+    is_concrete,
+    nonnegative_int,
+    observed_array,
+    renamed_arguments,
+    true_or_false,
+)
 from numpyro_bnp.infer.core.mcmc import SaturationError, with_deterministic
 from numpyro_bnp.infer.core.tempering import (
     split_replicas,
@@ -619,13 +625,9 @@ class CRMSlice(CRMSliceKernel):
         )
         self.n_swaps = nonnegative_int(n_swaps, "n_swaps")
         self.n_collapsed = nonnegative_int(n_collapsed, "n_collapsed")
-        if not isinstance(collapsed_rows, bool | np.bool_):
-            raise ValueError(f"collapsed_rows must be True or False, got {collapsed_rows!r}")
-        self.collapsed_rows = bool(collapsed_rows)
+        self.collapsed_rows = true_or_false(collapsed_rows, "collapsed_rows")
         self.temperatures = temperatures_option(temperatures)
-        if not isinstance(shard_replicas, bool | np.bool_):
-            raise ValueError(f"shard_replicas must be True or False, got {shard_replicas!r}")
-        self.shard_replicas = bool(shard_replicas)
+        self.shard_replicas = true_or_false(shard_replicas, "shard_replicas")
         if start not in _STARTS:
             raise ValueError(f"start must be one of {_STARTS}, got {start!r}")
         self.start = start
