@@ -48,8 +48,8 @@ from numpyro.distributions.transforms import biject_to
 
 from numpyro_bnp.infer.core.mcmc import slice_sample
 from numpyro_bnp.infer.mixtures.nggp_gibbs.sweep import (
-    NGGPMarginalGibbsState,
     _canonical_order,
+    _chain_state,
     _log_eppf,
     _log_new_weight,
     _log_old,
@@ -275,18 +275,19 @@ def _finish(
         + jnp.where(occupied, log_prior, 0.0).sum()
         + tempered
     )
-    pairs = np.asarray(cfg.pairs, np.int32).reshape(-1, 2)
-    return NGGPMarginalGibbsState(
-        i=jnp.asarray(i, jnp.int32),
-        z=to_sites(labels, theta, hyper),
-        log_u=jnp.asarray(log_u, dtype),
-        num_clusters=jnp.sum(occupied).astype(jnp.int32),
-        log_joint=log_joint.astype(dtype),
-        log_likelihood=log_lik.astype(dtype),
-        co_clustered=labels[pairs[:, 0]] == labels[pairs[:, 1]],
-        saturated=jnp.asarray(saturated, bool),
-        num_saturated=jnp.asarray(num_saturated + saturated, jnp.int32),
-        rng_key=key,
+    return _chain_state(
+        cfg,
+        i,
+        to_sites(labels, theta, hyper),
+        labels,
+        counts,
+        log_u,
+        log_joint.astype(dtype),
+        log_lik.astype(dtype),
+        saturated,
+        num_saturated,
+        key,
+        dtype,
     )
 
 

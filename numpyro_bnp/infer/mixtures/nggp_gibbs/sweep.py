@@ -326,12 +326,25 @@ def _finish(
     params = _cluster_params(family, rows, labels, cfg.capacity)
     key, key_theta = random.split(key)
     log_lik = _log_likelihood(family, rows, params, counts)
-    pairs = np.asarray(cfg.pairs, np.int32).reshape(-1, 2)
     tempered = log_lik if beta is None else beta * log_lik
     log_joint = nggp.log_prior.astype(dtype) + _log_eppf(counts, cfg, nggp, dtype) + tempered
+    z = to_sites(labels, family.sample(key_theta, params), hyper)
+    return _chain_state(
+        cfg, i, z, labels, counts, log_u, log_joint, log_lik, saturated, num_saturated, key, dtype
+    )
+
+
+def _chain_state(
+    cfg, i, z, labels, counts, log_u, log_joint, log_lik, saturated, num_saturated, key, dtype
+):
+    """The :class:`NGGPMarginalGibbsState` of the sample ``z`` with canonical ``labels`` ``(N,)``
+    and slot sizes ``counts`` ``(capacity,)``: the number of clusters, the co-clustering of the
+    ``cfg.pairs`` and the saturated sweeps (``num_saturated`` before this one, plus this one's
+    ``saturated``) are read from them."""
+    pairs = np.asarray(cfg.pairs, np.int32).reshape(-1, 2)
     return NGGPMarginalGibbsState(
         i=jnp.asarray(i, jnp.int32),
-        z=to_sites(labels, family.sample(key_theta, params), hyper),
+        z=z,
         log_u=jnp.asarray(log_u, dtype),
         num_clusters=jnp.sum(counts > 0).astype(jnp.int32),
         log_joint=log_joint,
