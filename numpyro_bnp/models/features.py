@@ -68,6 +68,16 @@ def _capacity(mass, concentration, num_obs, max_features):
     return max_features
 
 
+def _ibp_features(mass, concentration, sigma_a, num_obs, dim, max_features):
+    """The capacity ``K`` (``max_features``, or :func:`ibp_capacity`'s), the binary features
+    ``Z ~ IBP(α, β)`` ``(N, K)`` and their traits ``A_k ~ N(0, σ_A² I_D)`` ``(K, D)``."""
+    num_features = _capacity(mass, concentration, num_obs, max_features)
+    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
+    z = numpyro.sample("Z", ibp)
+    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    return num_features, z, a
+
+
 @renamed_arguments(alpha="mass", beta="concentration")
 def linear_gaussian(
     obs=None,
@@ -110,10 +120,7 @@ def linear_gaussian(
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
     mass, sigma_o = _learned(mass, sigma_o, max_features)
     _positive(concentration=concentration, sigma_a=sigma_a)
-    num_features = _capacity(mass, concentration, num_obs, max_features)
-    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
-    z = numpyro.sample("Z", ibp)
-    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    _, z, a = _ibp_features(mass, concentration, sigma_a, num_obs, dim, max_features)
     return _observe("obs", dist.Normal(z @ a, sigma_o), obs)
 
 
@@ -144,10 +151,7 @@ def factor_analysis(
     num_obs, dim, max_features = _sizes(num_obs=num_obs, dim=dim, max_features=max_features)
     mass, sigma_o = _learned(mass, sigma_o, max_features)
     _positive(concentration=concentration, sigma_a=sigma_a, sigma_w=sigma_w)
-    num_features = _capacity(mass, concentration, num_obs, max_features)
-    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
-    z = numpyro.sample("Z", ibp)
-    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    num_features, z, a = _ibp_features(mass, concentration, sigma_a, num_obs, dim, max_features)
     w = numpyro.sample("W", dist.Normal(0.0, sigma_w).expand([num_obs, num_features]).to_event(2))
     return _observe("obs", dist.Normal((z * w) @ a, sigma_o), obs)
 
@@ -185,10 +189,7 @@ def binary_features(
     _positive(concentration=concentration, sigma_a=sigma_a)
     if isinstance(bias, dist.Distribution):
         bias = numpyro.sample("bias", bias.expand([dim]).to_event(1))
-    num_features = _capacity(mass, concentration, num_obs, max_features)
-    ibp = RecursiveIBP(mass, concentration, num_rows=num_obs, max_features=num_features)
-    z = numpyro.sample("Z", ibp)
-    a = numpyro.sample("A", dist.Normal(0.0, sigma_a).expand([num_features, dim]).to_event(2))
+    _, z, a = _ibp_features(mass, concentration, sigma_a, num_obs, dim, max_features)
     return _observe("obs", dist.Bernoulli(logits=z @ a + bias), obs)
 
 
