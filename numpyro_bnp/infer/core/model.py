@@ -112,6 +112,11 @@ def sites_of(sites, kind, shape=None):
     ]
 
 
+def site_named(sites, name):
+    """The site among ``sites`` called ``name``."""
+    return next(s for s in sites if s["name"] == name)
+
+
 def _describe(site):
     fn = site["fn"]
     inner = unwrap(fn)
@@ -122,13 +127,26 @@ def _describe(site):
     return f"{site['name']}: {kind}, shape {tuple(jnp.shape(site['value']))}{observed}"
 
 
+def _unvalued_only(substitute_fn):
+    """``substitute_fn`` asked only for the sample sites without a value (``None`` for the
+    others: deterministic sites, observed or given values)."""
+
+    def stand_in(site):
+        if site["type"] != "sample" or site["value"] is not None:
+            return None
+        return substitute_fn(site)
+
+    return stand_in
+
+
 class TracedSites:
     """One trace of a user's model as a reader sees it: its sample sites and the errors naming them.
 
     The model runs once, eagerly (``jax.ensure_compile_time_eval``), under ``handlers.seed`` and
     ``handlers.trace``; ``substitute_fn`` (see ``handlers.substitute``) may stand in for slow
-    draws. Sites named in ``given`` (conditioned by the other blocks of a
-    :class:`numpyro.infer.Gibbs` composite) are parameters here and are left out.
+    draws: it is asked for the sample sites that have no value yet (neither observed nor given by
+    an inner handler), the others keep theirs. Sites named in ``given`` (conditioned by the other
+    blocks of a :class:`numpyro.infer.Gibbs` composite) are parameters here and are left out.
 
     :ivar sites: the sample sites in trace order (NumPyro's site dicts).
     :ivar summary: one line per site: name, distribution, value shape, observed.
@@ -136,7 +154,7 @@ class TracedSites:
 
     def __init__(self, model, model_args, model_kwargs, engine, *, substitute_fn=None, given=()):
         if substitute_fn is not None:
-            model = handlers.substitute(model, substitute_fn=substitute_fn)
+            model = handlers.substitute(model, substitute_fn=_unvalued_only(substitute_fn))
         with jax.ensure_compile_time_eval():
             tr = trace_model(model, model_args, model_kwargs, f"{engine} (reading the model)")
         given = set(given)

@@ -144,8 +144,6 @@ def read_restricted_feature_model(model, model_args=(), model_kwargs=None, *, en
         # Fixed random values instead of (slow, eager) draws of the rows, weights and features:
         # only the shapes, the weights-are-probs check and the linear-Gaussian check need values,
         # and any value in the support serves.
-        if site["type"] != "sample" or site["value"] is not None:
-            return None  # deterministic sites, observed or given values
         fn, base = site["fn"], unwrap(site["fn"])
         if isinstance(base, RestrictedBernoulliProcess):
             return jnp.asarray(noise.integers(0, 2, fn.shape()), jnp.int32)

@@ -79,7 +79,7 @@ from numpyro_bnp.families import (
     NormalNormal,
     NormalWishart,
 )
-from numpyro_bnp.infer.core.model import TracedSites, trace_model, unwrap
+from numpyro_bnp.infer.core.model import TracedSites, site_named, sites_of, trace_model, unwrap
 from numpyro_bnp.infer.mixtures.partition import (
     _CATEGORICAL,
     PARTITIONS,
@@ -314,8 +314,6 @@ def _stand_in(labels):
     noise = np.random.default_rng(0)
 
     def substitute(site):
-        if site["type"] != "sample" or site["value"] is not None:
-            return None
         fn, base = site["fn"], unwrap(site["fn"])
         shape = tuple(fn.shape())
         if isinstance(base, NGGP) or (isinstance(base, _CATEGORICAL) and len(shape) == 1):
@@ -400,7 +398,7 @@ def _pick(components, *kinds):
         return None
     order = []
     for kind in kinds:
-        match = [s for s in components if isinstance(unwrap(s["fn"]), kind) and s not in order]
+        match = [s for s in sites_of(components, kind) if s not in order]
         if not match:
             return None
         order.append(match[0])
@@ -602,7 +600,7 @@ def _any_components(read, partition, latent, obs, trace, spread):
     moved = np.where(np.arange(num_rows) % 2 == 1, (base + 1) % num_clusters, base)
     again = trace(lambda shape: np.broadcast_to(moved, shape).astype(np.int32))
     at_base = np.asarray(_row_log_density(obs["fn"], obs["value"], num_rows))
-    fn = next(s["fn"] for s in again.sites if s["name"] == obs["name"])
+    fn = site_named(again.sites, obs["name"])["fn"]
     at_moved = np.asarray(_row_log_density(fn, obs["value"], num_rows))
     even, odd = slice(0, None, 2), slice(1, None, 2)
     what = f"theta[{partition['name']}]"
@@ -622,7 +620,7 @@ def _any_components(read, partition, latent, obs, trace, spread):
     again = trace(
         lambda shape: np.broadcast_to((base + 1) % num_clusters, shape).astype(np.int32), shifted
     )
-    fn = next(s["fn"] for s in again.sites if s["name"] == obs["name"])
+    fn = site_named(again.sites, obs["name"])["fn"]
     at_shifted = np.asarray(_row_log_density(fn, obs["value"], num_rows))
     if not np.allclose(at_base, at_shifted, rtol=1e-5, atol=1e-5):
         read.fail(

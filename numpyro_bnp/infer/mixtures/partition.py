@@ -39,7 +39,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro_bnp._checks import is_concrete
 from numpyro_bnp._math import stick_breaking_weights
 from numpyro_bnp.distributions import NGGP
-from numpyro_bnp.infer.core.model import observed_site, sites_of, unwrap
+from numpyro_bnp.infer.core.model import observed_site, site_named, sites_of, unwrap
 
 __all__ = ["PARTITIONS"]
 
@@ -203,7 +203,7 @@ def _problem_at(retrace, sites, point, partition):
         traced = retrace(values)
     except ValueError as err:
         return f"the model fails: {err}"
-    nggp = unwrap(next(s for s in traced if s["name"] == partition)["fn"])
+    nggp = unwrap(site_named(traced, partition)["fn"])
     got = {p: float(getattr(nggp, p)) for p in _NGGP_PARAMS}
     ok = {
         "mass": np.isfinite(got["mass"]) and got["mass"] > 0,
@@ -301,10 +301,8 @@ def _stick_breaking(read, labels, latent, num_clusters):
     rows = (labels["fn"].batch_shape[0], t)
     sticks = [
         s
-        for s in latent
-        if isinstance(unwrap(s["fn"]), dist.Beta)
-        and s["fn"].event_shape == ()
-        and len(s["fn"].batch_shape) == 1
+        for s in sites_of(latent, dist.Beta)
+        if s["fn"].event_shape == () and len(s["fn"].batch_shape) == 1
     ]
     right_length = [s for s in sticks if tuple(s["fn"].batch_shape) == (t - 1,)]
     with jax.ensure_compile_time_eval():  # numbers, also when the reader runs under jit

@@ -241,8 +241,6 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
     def stand_in(site):
         # Fixed values in the support instead of (slow, eager) draws of the atoms, topics and
         # rates: the checks below need shapes and some values, any values in the support serve.
-        if site["type"] != "sample" or site["value"] is not None:
-            return None  # deterministic sites, observed or given values
         base = unwrap(site["fn"])
         shape = site["fn"].shape()
         key = (site["name"], tuple(shape))
@@ -286,12 +284,11 @@ def read_crm_trait_model(model, model_args=(), model_kwargs=None, *, engine="thi
         theta = np.asarray(crm_node["value"], np.float64)
         per_atom = [
             s
-            for s in sites
+            for s in sites_of(sites, dist.Distribution)
             if s is not crm_node
             and not s["is_observed"]
             and jnp.ndim(s["value"]) == 2
             and jnp.shape(s["value"])[1] == truncation
-            and isinstance(unwrap(s["fn"]), dist.Distribution)
         ]
         rate_sites = sites_of(per_atom, dist.Gamma)
         if len(rate_sites) == 1:
