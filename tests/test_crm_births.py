@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from jax import lax, random
 from mc_checks import check_mean
-from numpyro.infer import MCMC
+from mcmc_runs import run_chains
 
 from numpyro_bnp.distributions import BetaProcess, GammaProcess
 from numpyro_bnp.infer import CRMSlice
@@ -291,19 +291,6 @@ def test_prior_only_moves_recover_the_expected_number_of_features():
 # ---------------------------------------------------------------------------------------------
 # in the kernel
 # ---------------------------------------------------------------------------------------------
-def run(kernel, num_warmup, num_samples, num_chains, seed=0, **model_kwargs):
-    mcmc = MCMC(
-        kernel,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method="vectorized",
-        progress_bar=False,
-    )
-    mcmc.run(random.PRNGKey(seed), **model_kwargs)
-    return mcmc
-
-
 @pytest.mark.parametrize(
     "collapsed_rows, capacity, num_samples", [(False, 64, 1500), (True, 48, 600)]
 )
@@ -320,7 +307,7 @@ def test_kernel_prior_only_with_collapsed_moves(collapsed_rows, capacity, num_sa
         n_collapsed=3,
         collapsed_rows=collapsed_rows,
     )
-    mcmc = run(kernel, 100, num_samples, 4, num_obs=num_rows, dim=1, mass=mass)
+    mcmc = run_chains(kernel, 100, num_samples, 4, num_obs=num_rows, dim=1, mass=mass)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     assert not np.any(extra["saturated"])
     check_mean(extra["num_active"], mass * harmonic(num_rows))
@@ -338,6 +325,6 @@ def test_kernel_births_at_high_dimension():
     y = (used @ traits + sigma_o * rng.normal(size=(num_rows, dim))).astype(np.float32)
     kwargs = dict(num_obs=num_rows, dim=dim, mass=3.0, sigma_a=sigma_a, sigma_o=sigma_o)
     with jax.enable_x64(False):
-        mcmc = run(CRMSlice(linear_gaussian, n_collapsed=1), 80, 20, 2, obs=y, **kwargs)
+        mcmc = run_chains(CRMSlice(linear_gaussian, n_collapsed=1), 80, 20, 2, obs=y, **kwargs)
     k_plus = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_active"])
     assert np.all(k_plus[:, -1] >= 10), k_plus[:, -1]

@@ -16,6 +16,7 @@ import numpyro.distributions as dist
 import pytest
 from jax import lax, random
 from mc_checks import check_mean
+from mcmc_runs import run_chains
 from numpyro.infer import MCMC
 from saturation_checks import expected_reports, saturation_reports
 
@@ -36,16 +37,7 @@ def harmonic(n):
 
 
 def run(kernel, num_samples, num_chains=4, seed=0, num_warmup=100, **model_kwargs):
-    mcmc = MCMC(
-        kernel,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method="vectorized",
-        progress_bar=False,
-    )
-    mcmc.run(random.PRNGKey(seed), **model_kwargs)
-    return mcmc
+    return run_chains(kernel, num_warmup, num_samples, num_chains, seed, **model_kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from jax import random
 from mc_checks import check_labels_against_enumeration, check_mean
-from numpyro.infer import MCMC, Predictive
+from mcmc_runs import run_chains
+from numpyro.infer import Predictive
 from saturation_checks import saturation_reports
 from scipy.special import gammaln, logsumexp
 from scipy.stats import multivariate_normal
@@ -73,16 +74,8 @@ def exact_posterior(data, marginal, mass, sigma, tau):
 
 
 def run(model, num_samples, *, num_chains=4, warmup=100, fields=("num_clusters",), **kwargs):
-    mcmc = MCMC(
-        NGGPMarginalGibbs(model),
-        num_warmup=warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method="vectorized",
-        progress_bar=False,
-    )
-    mcmc.run(random.PRNGKey(0), extra_fields=fields, **kwargs)
-    return mcmc
+    kernel = NGGPMarginalGibbs(model)
+    return run_chains(kernel, warmup, num_samples, num_chains, extra_fields=fields, **kwargs)
 
 
 def check_against_enumeration(mcmc, parts, probs):

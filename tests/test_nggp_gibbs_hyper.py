@@ -24,6 +24,7 @@ import numpyro.distributions as dist
 import pytest
 from jax import random
 from mc_checks import check_labels_against_enumeration, check_mean
+from mcmc_runs import run_chains
 from numpyro.infer import MCMC, NUTS, Gibbs
 from scipy import integrate
 from scipy.special import gammaln, logsumexp, roots_genlaguerre, roots_jacobi
@@ -70,16 +71,10 @@ def mass_model(obs=None, *, num_obs=5, dim=1):
 
 
 def run(model, num_samples, *, warmup=200, num_chains=4, **kwargs):
-    mcmc = MCMC(
-        NGGPMarginalGibbs(model),
-        num_warmup=warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method="vectorized",
-        progress_bar=False,
+    kernel = NGGPMarginalGibbs(model)
+    return run_chains(
+        kernel, warmup, num_samples, num_chains, extra_fields=("num_clusters",), **kwargs
     )
-    mcmc.run(random.PRNGKey(0), extra_fields=("num_clusters",), **kwargs)
-    return mcmc
 
 
 def test_the_joint_with_u_integrates_to_the_eppf_and_is_gamma_in_the_mass():
