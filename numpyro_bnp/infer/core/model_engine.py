@@ -112,6 +112,15 @@ class ModelEngine(FixedOptions):
         self._require_init()
         return checkpoint.load(path, self)
 
+    def _stream(self, rng_key, data, model_args, model_kwargs, init_state, **run_options):
+        """``(final state, traces, time)`` of :func:`~numpyro_bnp.infer.core.streaming.run` over
+        ``data`` from :meth:`_start`'s state; the capacity grows when the engine's
+        ``capacity_option`` is ``None``. ``run_options``: ``chunk_size``, ``progress_bar``,
+        ``trace_every``."""
+        state = self._start(rng_key, model_args, model_kwargs, init_state)
+        growable = getattr(self, self.capacity_option) is None
+        return streaming.run(self, state, data, growable=growable, **run_options)
+
     def _start(self, rng_key, model_args, model_kwargs, init_state):
         """The state a ``run`` starts from: ``init_state`` (checked) or a fresh ``init``; with
         no model arguments, an engine that has read its model keeps it."""

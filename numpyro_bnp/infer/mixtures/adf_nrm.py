@@ -595,14 +595,14 @@ class ADFNRM(ModelEngine):
         :return: :class:`NRMResult`.
         :raises NonFiniteStateError: when a chunk makes the state NaN or infinite.
         """
-        state = self._start(rng_key, model_args, model_kwargs, init_state)
-        final, traces, time = streaming.run(
-            self,
-            state,
+        final, traces, time = self._stream(
+            rng_key,
             data,
+            model_args,
+            model_kwargs,
+            init_state,
             chunk_size=chunk_size,
             progress_bar=progress_bar,
-            growable=self.max_clusters is None,
             trace_every=trace_every,
         )
         return NRMResult(self, final, traces, time)

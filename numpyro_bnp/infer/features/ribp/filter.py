@@ -449,14 +449,14 @@ class RIBPFilter(ModelEngine):
         :raises NonFiniteStateError: when a chunk makes the state NaN or infinite (see
             :func:`streaming.run`; the error carries the last good state).
         """
-        state = self._start(rng_key, model_args, model_kwargs, init_state)
-        final, traces, time = streaming.run(
-            self,
-            state,
+        final, traces, time = self._stream(
+            rng_key,
             data,
+            model_args,
+            model_kwargs,
+            init_state,
             chunk_size=chunk_size,
             progress_bar=progress_bar,
-            growable=self.max_features is None,
             trace_every=trace_every,
         )
         return RIBPResult(self, final, traces, time)
