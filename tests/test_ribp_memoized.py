@@ -16,6 +16,7 @@ from scipy.integrate import quad
 
 from numpyro_bnp.distributions import RecursiveIBP
 from numpyro_bnp.infer import RIBPFilter, streaming
+from numpyro_bnp.infer.features.feature_model import read_feature_model
 from numpyro_bnp.infer.features.ribp import hyper, memoized
 from numpyro_bnp.infer.features.ribp.memoized import RIBPMemoState
 from numpyro_bnp.models import binary_features, factor_analysis, linear_gaussian
@@ -179,6 +180,38 @@ def row_bias(obs=None, *, num_obs, dim, max_features=8):
     z = numpyro.sample("Z", RecursiveIBP(2.0, 1.0, num_rows=num_obs, max_features=max_features))
     a = numpyro.sample("A", dist.Normal(0.0, 1.0).expand([max_features, dim]).to_event(2))
     return numpyro.sample("obs", dist.Bernoulli(logits=z @ a + bias).to_event(2), obs=obs)
+
+
+def pixel_bias(obs=None, *, num_obs, dim, alpha=3.0, max_features=32):
+    """A user's Bernoulli model with one bias per pixel, ``b`` of shape ``(D,)``."""
+    z = numpyro.sample("Z", RecursiveIBP(alpha, 1.0, num_rows=num_obs, max_features=max_features))
+    a = numpyro.sample("A", dist.Normal(0.0, 2.0).expand([max_features, dim]).to_event(2))
+    b = numpyro.sample("b", dist.Normal(-1.0, 1.0).expand([dim]).to_event(1))
+    numpyro.sample("obs", dist.Bernoulli(logits=z @ a + b).to_event(2), obs=obs)
+
+
+def pixel_bias_first_in_a_plate(obs=None, *, num_obs, dim, max_features=32):
+    """The same model with the bias first in the sum, a plate over rows and other names."""
+    offset = numpyro.sample("offset", dist.Normal(-1.0, 1.0).expand([dim]).to_event(1))
+    used = numpyro.sample(
+        "used", RecursiveIBP(3.0, 1.0, num_rows=num_obs, max_features=max_features)
+    )
+    loads = numpyro.sample("loads", dist.Normal(0.0, 2.0).expand([max_features, dim]).to_event(2))
+    with numpyro.plate("rows", num_obs):
+        numpyro.sample("pixels", dist.Bernoulli(logits=offset + used @ loads).to_event(1), obs=obs)
+
+
+@pytest.mark.parametrize("model", [pixel_bias, pixel_bias_first_in_a_plate])
+def test_a_per_pixel_bias_is_read_whatever_the_form(model):
+    """A bias of shape ``(D,)`` is a site broadcast over rows: read as the logits' offset
+    (``logits - Z @ A`` differs from it by the rounding of ``Z @ A`` only), and the offset the
+    reader returns at another bias is that bias."""
+    read = read_feature_model(model, (), dict(num_obs=40, dim=5), hyper=True)
+    assert read.hyper.names == (("b",) if model is pixel_bias else ("offset",))
+    assert read.hyper.offset_mask.all() and not (read.hyper.sets_noise or read.hyper.sets_mass)
+    other = np.linspace(-3.0, 2.0, 5)
+    with jax.ensure_compile_time_eval():
+        np.testing.assert_allclose(read.hyper.terms(jnp.asarray(other)).offset, other, atol=1e-12)
 
 
 def test_options_and_models_it_cannot_run_are_refused(filt, data):

@@ -24,7 +24,8 @@ Latent feature models (:func:`read_feature_model`) need
   them (``hyper=True``), **hyper-parameter sites**: latent sites whose value sets only the
   observed ``Normal``'s scale (the noise, e.g. ``sigma_o ~ HalfNormal``, one for all columns or
   one per column), the IBP's mass ``alpha``, the offset of a ``Bernoulli``'s logits (a bias,
-  ``Bernoulli(logits=Z @ A + b)``, the same for every row), or the prior of another
+  ``Bernoulli(logits=Z @ A + b)`` or ``b + Z @ A``, one for all pixels or one per pixel with
+  ``b`` of shape ``(D,)``: the same for every row), or the prior of another
   hyper-parameter site. What a site sets is found by tracing the model again with the site at
   another value and every other latent site held (:class:`HyperSites`).
 
@@ -293,7 +294,7 @@ def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, i
                     "(a bias) or another such site's prior"
                 )
             for what, thing in (("noise", "noise scale"), ("offset", "logits' offset")):
-                if what in changed and not np.all(moved[what] == moved[what][:1]):
+                if what in changed and not _same_for_every_row(moved[what], held, ibp, features):
                     read.reject(
                         f"the {thing} set by {site['name']!r} must be the same for every row"
                     )
@@ -312,6 +313,17 @@ def _read_hyper_sites(read, model, model_args, model_kwargs, candidates, held, i
                     low = rises == small
                     hyper.start_at(site["name"], START_QUANTILE if low else 1.0 - START_QUANTILE)
     return hyper
+
+
+def _same_for_every_row(values, held, ibp, features):
+    """Whether ``values`` ``(N, D)`` (the noise scale, or the logits' offset ``logits - Z @ A``
+    read at the held ``Z`` and ``A``) is the same for every row, to the rounding of ``Z @ A``:
+    ``(Z @ A + b) - Z @ A`` differs from ``b`` by a few ulps of ``Z @ A``, so a bias ``b`` of
+    shape ``(D,)`` leaves rows that differ in their last bits."""
+    z = np.abs(np.asarray(held[ibp["name"]], np.float64))
+    a = np.abs(np.asarray(held[features["name"]], np.float64))
+    scale = 1e-6 * (1.0 + z @ a + np.abs(values))
+    return bool(np.all(np.abs(values - values[:1]) <= scale))
 
 
 @dataclass(frozen=True, eq=False)
