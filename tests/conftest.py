@@ -23,11 +23,13 @@ def _xla_knows(flag):
     return subprocess.run(probe, env=env, capture_output=True, check=False).returncode == 0
 
 
-_SUITE_XLA_FLAGS = ["--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"]
-_flags = os.environ.get("XLA_FLAGS", "").split()
-for _flag in _SUITE_XLA_FLAGS:
-    if _flag not in _flags and _xla_knows(_flag):
-        _flags.append(_flag)
+_OPT_LEVEL = "--xla_backend_optimization_level=0"
+_OLD_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+_flags = os.environ.get("XLA_FLAGS", "").split()  # the tests' subprocesses inherit them
+if _OPT_LEVEL not in _flags:  # every jaxlib knows it
+    _flags.append(_OPT_LEVEL)
+if _OLD_EMITTERS not in _flags and _xla_knows(_OLD_EMITTERS):
+    _flags.append(_OLD_EMITTERS)
 os.environ["XLA_FLAGS"] = " ".join(_flags)
 
 import jax  # noqa: E402 (after XLA_FLAGS: the backend reads them once)

@@ -320,10 +320,14 @@ def _same_for_every_row(values, held, ibp, features):
     read at the held ``Z`` and ``A``) is the same for every row, to the rounding of ``Z @ A``:
     ``(Z @ A + b) - Z @ A`` differs from ``b`` by a few ulps of ``Z @ A``, so a bias ``b`` of
     shape ``(D,)`` leaves rows that differ in their last bits."""
-    z = np.abs(np.asarray(held[ibp["name"]], np.float64))
-    a = np.abs(np.asarray(held[features["name"]], np.float64))
-    scale = 1e-6 * (1.0 + z @ a + np.abs(values))
-    return bool(np.all(np.abs(values - values[:1]) <= scale))
+    z, a = held[ibp["name"]], held[features["name"]]
+    return bool(np.all(np.abs(values - values[:1]) <= _rounding_of(z, a, values)))
+
+
+def _rounding_of(z, a, values):
+    """``(N, D)`` how far ``values`` read through ``logits - Z @ A`` may stray by rounding."""
+    z, a = np.abs(np.asarray(z, np.float64)), np.abs(np.asarray(a, np.float64))
+    return 1e-6 * (1.0 + z @ a + np.abs(values))
 
 
 @dataclass(frozen=True, eq=False)
@@ -581,7 +585,7 @@ def _linear_logit_offset(model, model_args, model_kwargs, latent, obs, ibp, feat
     if second is None:
         return None
     second = np.asarray(second, np.float64)
-    scale = 1e-6 * (1.0 + np.abs(1.0 - z) @ np.abs(2.0 * a + 1.0) + np.abs(first))
+    scale = _rounding_of(1.0 - z, 2.0 * a + 1.0, first)
     if np.all(np.abs(first - first[:1]) <= scale) and np.all(np.abs(second - first) <= scale):
         return first[0].copy()
     return None
