@@ -5,7 +5,9 @@ N(0, 0.5² I)``, float32. Sections of ``bench ribp``:
 
 1. throughput (:func:`throughput_section`): rows per second of the compiled chunk scan with 64
    and 128 fixed slots, its compile time, and a plain NumPy implementation of the same step
-   (:func:`numpy_reference`, a Python loop over observations) as the naive reference;
+   (:func:`numpy_reference`, a Python loop over observations) as the naive reference; then
+   (:func:`throughput_curves`) both updates' rows per second against the number of slots (32
+   to 256, D = 50) and against the dimension (10 to 784, 128 slots);
 2. time and state memory against N (:func:`memory_section`): capacity growing from 16 slots as
    features accumulate, peak RSS.
 """
@@ -23,9 +25,9 @@ ALPHA, BETA, DIM, SIGMA_A, SIGMA_O = 10.0, 1.0, 50, 1.0, 0.5
 KWARGS = dict(num_obs=1, dim=DIM, mass=ALPHA, concentration=BETA, sigma_a=SIGMA_A, sigma_o=SIGMA_O)
 
 
-def synthetic(num_rows, seed=0):
-    """``(Z, A, obs)``: an IBP feature matrix ``(N, 256)``, the true features ``(256, 50)`` and
-    the observations ``(N, 50)``, float32."""
+def synthetic(num_rows, seed=0, dim=DIM):
+    """``(Z, A, obs)``: an IBP feature matrix ``(N, 256)``, the true features ``(256, dim)`` and
+    the observations ``(N, dim)``, float32."""
     from jax import random
 
     from numpyro_bnp.distributions import RecursiveIBP
@@ -34,8 +36,8 @@ def synthetic(num_rows, seed=0):
     z = RecursiveIBP(ALPHA, BETA, num_rows=num_rows, max_features=capacity)
     z = np.asarray(z.sample(random.PRNGKey(seed)), np.float32)
     rng = np.random.default_rng(seed)
-    a = (SIGMA_A * rng.normal(size=(capacity, DIM))).astype(np.float32)
-    obs = z @ a + SIGMA_O * rng.normal(size=(num_rows, DIM)).astype(np.float32)
+    a = (SIGMA_A * rng.normal(size=(capacity, dim))).astype(np.float32)
+    obs = z @ a + SIGMA_O * rng.normal(size=(num_rows, dim)).astype(np.float32)
     return z, a, obs.astype(np.float32)
 
 
@@ -63,14 +65,16 @@ def rows_per_second(filt, state, obs, chunk=512):
 
 
 def throughput(obs, capacity, feature_update="paper"):
-    """:func:`rows_per_second` of the linear-Gaussian filter with ``capacity`` fixed slots."""
+    """:func:`rows_per_second` of the linear-Gaussian filter with ``capacity`` fixed slots on
+    the rows ``obs`` ``(N, D)``."""
     from jax import random
 
     from numpyro_bnp.infer import RIBPFilter
     from numpyro_bnp.models import linear_gaussian
 
     filt = RIBPFilter(linear_gaussian, max_features=capacity, feature_update=feature_update)
-    return rows_per_second(filt, filt.init(random.PRNGKey(0), **KWARGS), obs)
+    state = filt.init(random.PRNGKey(0), **dict(KWARGS, dim=obs.shape[1]))
+    return rows_per_second(filt, state, obs)
 
 
 def numpy_reference(obs, capacity, num_steps=3):
@@ -135,6 +139,32 @@ def throughput_section(obs_all):
     print("NumPy: the paper's update, one observation at a time")
 
 
+CURVE_SLOTS = (32, 64, 128, 256)
+CURVE_DIMS = (10, 50, 200, 784)
+
+
+def throughput_curves(num_rows):
+    """Rows per second of both updates over ``num_rows`` rows (after a warm-up chunk) against
+    the slots (:data:`CURVE_SLOTS`, D = 50) and the dimension (:data:`CURVE_DIMS`, 128 slots)."""
+    print(f"\n== 1b. throughput vs slots and vs D ({num_rows:,} rows, chunks of 512, float32)")
+    columns = (
+        Column("slots", 6), Column("D", 5), Column("paper obs/s", 12, ",.0f"),
+        Column("memoized obs/s", 15, ",.0f"), Column("memoized compile s", 19, ".2f"),
+    )  # fmt: skip
+    table = Table(columns)
+    table.header()
+    settings = [(k, DIM) for k in CURVE_SLOTS] + [(128, d) for d in CURVE_DIMS if d != DIM]
+    data = {}
+    for capacity, dim in settings:
+        if dim not in data:
+            data[dim] = synthetic(num_rows + 512, seed=1, dim=dim)[2]
+        with warnings.catch_warnings():  # the memoized births fill a fixed capacity
+            warnings.simplefilter("ignore", RuntimeWarning)
+            paper, _ = throughput(data[dim], capacity)
+            memoized, compile_s = throughput(data[dim], capacity, feature_update="memoized")
+        table.row(capacity, dim, paper, memoized, compile_s)
+
+
 def memory_section(z_all, obs_all, sizes):
     """Section 2: one run of the filter on the first ``n`` rows for each ``n`` of ``sizes``."""
     import jax
@@ -177,5 +207,6 @@ def speed_sections(quick, throughput_only):
     )
     z_all, _, obs_all = synthetic(max(sizes) + 300)
     throughput_section(obs_all)
+    throughput_curves(2_048 if quick else 8_192)
     if not throughput_only:
         memory_section(z_all, obs_all, sizes)
