@@ -496,8 +496,9 @@ def revisit(const, options, state, sequential=True):
     one after them: parallel fits in both places read NLL 102.8 / 101.6 after 1,000 / 4,000 rows
     of the benchmark's data (α = 10, D = 50), sequential fits in both 98.8 / 93.3, this mix
     99.3 / 94.0 (16 parallel steps instead of 6: 102.6 / 101.0; parallel from the prior: 453
-    features for 97), all with three sweeps per sequential fit; with :data:`REVISIT_SWEEPS` = 1
-    the mix reads 99.7 / 93.6.
+    features for 97), all with three sweeps per sequential fit. On 300 other held-out rows of
+    the same generator the mix reads 101.0 / 97.1 with three sweeps and 99.7 / 93.6 with
+    :data:`REVISIT_SWEEPS` = 1.
     """
 
     def fit_row(obs, prior_logit):
