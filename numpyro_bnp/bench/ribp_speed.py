@@ -144,8 +144,9 @@ CURVE_DIMS = (10, 50, 200, 784)
 
 
 def throughput_curves(num_rows):
-    """Rows per second of both updates over ``num_rows`` rows (after a warm-up chunk) against
-    the slots (:data:`CURVE_SLOTS`, D = 50) and the dimension (:data:`CURVE_DIMS`, 128 slots)."""
+    """Rows per second of both updates over one pass of ``num_rows`` rows from the empty state
+    (:func:`rows_per_second`) against the slots (:data:`CURVE_SLOTS`, D = 50) and the dimension
+    (:data:`CURVE_DIMS`, 128 slots)."""
     print(f"\n== 1b. throughput vs slots and vs D ({num_rows:,} rows, chunks of 512, float32)")
     columns = (
         Column("slots", 6), Column("D", 5), Column("paper obs/s", 12, ",.0f"),
@@ -157,7 +158,7 @@ def throughput_curves(num_rows):
     data = {}
     for capacity, dim in settings:
         if dim not in data:
-            data[dim] = synthetic(num_rows + 512, seed=1, dim=dim)[2]
+            data[dim] = synthetic(num_rows, seed=1, dim=dim)[2]
         with warnings.catch_warnings():  # the memoized births fill a fixed capacity
             warnings.simplefilter("ignore", RuntimeWarning)
             paper, _ = throughput(data[dim], capacity)
